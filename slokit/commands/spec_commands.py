@@ -1,0 +1,54 @@
+"""`slokit validate` and `slokit init`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from slokit.commands.common import EXIT_USAGE, load_specs_or_exit
+from slokit.spec import default_spec_path
+
+
+def validate(
+    specs: Annotated[list[Path], typer.Argument(help="Spec files to check.", show_default=False)],
+) -> None:
+    """Check spec files and report every problem as `file:line:col: field: message`.
+
+    Exits 0 when every spec is valid and 2 when any is not. Thresholds are checked against the histogram
+    buckets the spec's source exposes (vLLM's fixed buckets with `source: vllm`).
+
+    Example: slokit validate examples/*.yaml
+    """
+    loaded = load_specs_or_exit(specs)
+    for spec in loaded:
+        classes = ", ".join(c.name for c in spec.classes)
+        typer.echo(f"{spec.path}: ok (service {spec.service}, source {spec.source.value}, classes {classes})")
+
+
+def init(
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write the spec here instead of stdout.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Print a commented example spec to start from (chat and code completion on Llama 3 70B).
+
+    Example: slokit init -o slo.yaml && slokit validate slo.yaml
+    """
+    text = default_spec_path().read_text(encoding="utf-8")
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    if output.exists() and not force:
+        typer.echo(f"{output} exists; pass --force to overwrite it", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    output.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {output}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the spec commands."""
+    app.command()(validate)
+    app.command()(init)

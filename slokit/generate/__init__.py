@@ -1,0 +1,47 @@
+"""From a spec to every generated file: rules, alerts, promtool tests, dashboards, runbooks, Kubernetes objects.
+
+Each generator is a pure function `files(spec) -> {relative path: plain data}`; `generate_all` runs them all and
+hands the data to the one writer for serialisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from slokit.generate import dashboards, k8s, promtool_tests, rules, runbook
+from slokit.generate.writer import render
+from slokit.spec import Spec
+
+Generator = Callable[[Spec], Mapping[str, Any]]
+
+GENERATORS: tuple[Generator, ...] = (
+    rules.files,
+    promtool_tests.files,
+    dashboards.files,
+    runbook.files,
+    k8s.files,
+)
+
+
+class GenerateError(Exception):
+    """Specs that cannot be generated together (e.g. two specs for the same service)."""
+
+
+def generate_all(specs: Iterable[Spec]) -> dict[str, str]:
+    """Every generated file for every spec: relative path -> file content."""
+    out: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    for spec in specs:
+        if spec.service in owners:
+            raise GenerateError(
+                f"{spec.path} and {owners[spec.service]} both define service {spec.service!r}; "
+                "service names must be unique because they name the generated files"
+            )
+        owners[spec.service] = spec.path
+        spec_name = Path(spec.path).name if spec.path else spec.service
+        for generator in GENERATORS:
+            for relative, data in generator(spec).items():
+                out[relative] = render(relative, data, spec_name)
+    return out

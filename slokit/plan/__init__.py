@@ -1,0 +1,1 @@
+"""Roofline capacity planning for latency SLOs."""

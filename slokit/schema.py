@@ -1,0 +1,287 @@
+"""Every metric, label and bucket table slokit reads or writes, per source.
+
+Generators, exporters, dashboards and runbooks never spell a metric name themselves; they ask this module. That
+keeps a vLLM rename (it has happened: `gpu_cache_usage_perc` -> `kv_cache_usage_perc`,
+`time_per_output_token_seconds` -> `inter_token_latency_seconds`) a one-line change.
+
+Two sources of request latency exist:
+
+* `vllm`: vLLM's own `/metrics`. Fixed names, labels `model_name` and `engine`, buckets fixed per vLLM version
+  (configurable only with `--custom-histogram-buckets` from 0.32). No request class.
+* `slokit`: slokit's stat-logger plugin inside vLLM. Labels `model`, `engine`, `class`; buckets placed on the
+  spec's thresholds, so every threshold is a boundary by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
+
+
+class Source(StrEnum):
+    """Where request-latency histograms come from."""
+
+    VLLM = "vllm"
+    SLOKIT = "slokit"
+
+
+class Sli(StrEnum):
+    """The latency indicators a class can have an SLO on."""
+
+    TTFT = "ttft"  # time to first token: prefill, grows with prompt length
+    ITL = "itl"  # inter-token latency, one observation per engine output event
+    TPOT = "tpot"  # per-request mean time per output token after the first
+    E2E = "e2e"  # end-to-end request latency
+
+
+SLI_TITLES: Final = MappingProxyType(
+    {
+        Sli.TTFT: "time to first token",
+        Sli.ITL: "inter-token latency",
+        Sli.TPOT: "time per output token",
+        Sli.E2E: "end-to-end latency",
+    }
+)
+
+# --------------------------------------------------------------------------------------------------------------
+# vLLM's bucket families (vllm/v1/metrics/buckets.py). 0.30 and 0.31 share 0.32's boundaries but cannot change
+# them from the command line; 0.32 added --custom-histogram-buckets (PR #48867).
+# --------------------------------------------------------------------------------------------------------------
+VLLM_TTFT_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+VLLM_ITL_BUCKETS: Final = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+VLLM_REQUEST_LATENCY_BUCKETS: Final = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+    960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VllmVersion:
+    """What differs between vLLM releases that slokit must know about."""
+
+    version: str
+    buckets: MappingProxyType[str, tuple[float, ...]]  # bucket family -> boundaries
+    custom_histogram_buckets: bool  # whether `--custom-histogram-buckets` exists
+
+
+_VLLM_FAMILIES = MappingProxyType(
+    {
+        "time_to_first_token": VLLM_TTFT_BUCKETS,
+        "inter_token_latency": VLLM_ITL_BUCKETS,
+        "request_latency": VLLM_REQUEST_LATENCY_BUCKETS,
+    }
+)
+VLLM_VERSIONS: Final = MappingProxyType(
+    {
+        "0.32": VllmVersion("0.32", _VLLM_FAMILIES, custom_histogram_buckets=True),
+        "0.31": VllmVersion("0.31", _VLLM_FAMILIES, custom_histogram_buckets=False),
+        "0.30": VllmVersion("0.30", _VLLM_FAMILIES, custom_histogram_buckets=False),
+    }
+)
+DEFAULT_VLLM_VERSION: Final = "0.32"
+
+# The bucket family each SLI's vLLM histogram belongs to (a family key of --custom-histogram-buckets).
+VLLM_SLI_FAMILY: Final = MappingProxyType(
+    {
+        Sli.TTFT: "time_to_first_token",
+        Sli.ITL: "inter_token_latency",
+        Sli.TPOT: "inter_token_latency",
+        Sli.E2E: "request_latency",
+    }
+)
+
+# Default ladders for slokit's exporter; the spec's thresholds are merged in, so they are always boundaries.
+SLOKIT_DEFAULT_BUCKETS: Final = MappingProxyType(
+    {
+        Sli.TTFT: (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 60.0),
+        Sli.ITL: (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
+        Sli.TPOT: (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
+        Sli.E2E: (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0),
+    }
+)
+SLOKIT_QUEUE_BUCKETS: Final = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Metric names and labels per source.
+# --------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceMetrics:
+    """The names one source exposes. Histogram names are base names (add `_bucket`, `_count`, `_sum`)."""
+
+    source: Source
+    model_label: str
+    engine_label: str
+    class_label: str | None  # None: the source cannot tell request classes apart
+    latency: MappingProxyType[Sli, str]
+    queue_time: str
+    requests_running: str
+    requests_waiting: str
+    kv_cache_usage: str  # 0..1
+    preemptions: str  # counter
+    prompt_tokens: str  # counter
+    generation_tokens: str  # counter
+    requests_finished: str  # counter, label `finish_reason_label`
+    finish_reason_label: str
+    prefix_cache_queries: str | None
+    prefix_cache_hits: str | None
+    prompt_tokens_histogram: str | None  # per-request prompt length (TTFT against prompt length)
+
+
+VLLM_METRICS: Final = SourceMetrics(
+    source=Source.VLLM,
+    model_label="model_name",
+    engine_label="engine",
+    class_label=None,
+    latency=MappingProxyType(
+        {
+            Sli.TTFT: "vllm:time_to_first_token_seconds",
+            Sli.ITL: "vllm:inter_token_latency_seconds",
+            Sli.TPOT: "vllm:request_time_per_output_token_seconds",
+            Sli.E2E: "vllm:e2e_request_latency_seconds",
+        }
+    ),
+    queue_time="vllm:request_queue_time_seconds",
+    requests_running="vllm:num_requests_running",
+    requests_waiting="vllm:num_requests_waiting",
+    kv_cache_usage="vllm:kv_cache_usage_perc",
+    preemptions="vllm:num_preemptions_total",
+    prompt_tokens="vllm:prompt_tokens_total",
+    generation_tokens="vllm:generation_tokens_total",
+    requests_finished="vllm:request_success_total",
+    finish_reason_label="finished_reason",
+    prefix_cache_queries="vllm:prefix_cache_queries_total",
+    prefix_cache_hits="vllm:prefix_cache_hits_total",
+    prompt_tokens_histogram="vllm:request_prompt_tokens",
+)
+
+# slokit's exporter. Names follow prometheus.io's naming rules: `slokit_` prefix, base units, no colons
+# (vLLM unregisters every collector whose name starts with `vllm:` when an engine starts).
+SLOKIT_METRICS: Final = SourceMetrics(
+    source=Source.SLOKIT,
+    model_label="model",
+    engine_label="engine",
+    class_label="class",
+    latency=MappingProxyType(
+        {
+            Sli.TTFT: "slokit_time_to_first_token_seconds",
+            Sli.ITL: "slokit_inter_token_latency_seconds",
+            Sli.TPOT: "slokit_time_per_output_token_seconds",
+            Sli.E2E: "slokit_e2e_request_latency_seconds",
+        }
+    ),
+    queue_time="slokit_request_queue_time_seconds",
+    requests_running="slokit_requests_running",
+    requests_waiting="slokit_requests_waiting",
+    kv_cache_usage="slokit_kv_cache_usage_ratio",
+    preemptions="slokit_preemptions_total",
+    prompt_tokens="slokit_prompt_tokens_total",
+    generation_tokens="slokit_generation_tokens_total",
+    requests_finished="slokit_requests_finished_total",
+    finish_reason_label="finish_reason",
+    prefix_cache_queries="slokit_prefix_cache_queries_total",
+    prefix_cache_hits="slokit_prefix_cache_hits_total",
+    prompt_tokens_histogram="slokit_request_prompt_tokens",
+)
+
+# Exporter self-metrics and the info metric (slokit source only).
+SLOKIT_EXPORTER_INFO: Final = "slokit_exporter_info"  # labels: spec_hash, slokit_version, vllm_version
+SLOKIT_EXPORTER_ERRORS: Final = "slokit_exporter_errors_total"  # label: stage
+SLOKIT_RECORD_DURATION: Final = "slokit_record_duration_seconds"
+
+OTHER_CLASS: Final = "other"  # class label value for requests the spec does not declare
+DEFAULT_CLASS: Final = "default"  # the single class used when the exporter runs without a spec
+CLASS_HEADER: Final = "x-slokit-class"  # HTTP header clients set to name their request class
+
+
+def metrics_for(source: Source) -> SourceMetrics:
+    """The metric table for a source."""
+    return VLLM_METRICS if source is Source.VLLM else SLOKIT_METRICS
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GPU sidecar (NVML). Label `UUID` as dcgm-exporter spells it, so series join with dcgm-exporter and vLLM.
+# --------------------------------------------------------------------------------------------------------------
+GPU_UUID_LABEL: Final = "UUID"
+GPU_UP: Final = "slokit_gpu_up"
+GPU_MEMORY_USED: Final = "slokit_gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL: Final = "slokit_gpu_memory_total_bytes"
+GPU_MEMORY_BANDWIDTH_UTILIZATION: Final = "slokit_gpu_memory_bandwidth_utilization_ratio"  # GPM, Hopper+
+GPU_PEAK_MEMORY_BANDWIDTH: Final = "slokit_gpu_peak_memory_bandwidth_bytes_per_second"
+GPU_NVLINK_TX: Final = "slokit_gpu_nvlink_transmitted_bytes_total"
+GPU_NVLINK_RX: Final = "slokit_gpu_nvlink_received_bytes_total"
+GPU_PCIE_TX: Final = "slokit_gpu_pcie_transmitted_bytes_total"
+GPU_PCIE_RX: Final = "slokit_gpu_pcie_received_bytes_total"
+GPU_XID_ERRORS: Final = "slokit_gpu_xid_errors_total"  # label `xid`
+GPU_CLOCK_EVENT_REASONS: Final = "slokit_gpu_clock_event_active"  # label `reason`, 0/1
+GPU_INFO: Final = "slokit_gpu_info"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Recorded series (Prometheus rules) that dashboards, runbooks, autoscalers and the demo read. `level:metric:ops`.
+# Labels on every SLO series: service, model, class, slo (the Sli value).
+# --------------------------------------------------------------------------------------------------------------
+RULE_LABEL_SERVICE: Final = "service"
+RULE_LABEL_MODEL: Final = "model"
+RULE_LABEL_CLASS: Final = "class"
+RULE_LABEL_SLO: Final = "slo"
+RULE_LABEL_ENGINE: Final = "engine"
+
+
+def record_sli_total(window: str) -> str:
+    """Requests (events) observed over `window`, e.g. `slokit:sli_total:increase5m`."""
+    return f"slokit:sli_total:increase{window}"
+
+
+def record_sli_good(window: str) -> str:
+    """Events at or under the objective threshold over `window`."""
+    return f"slokit:sli_good:increase{window}"
+
+
+def record_error_ratio(window: str) -> str:
+    """Share of events over the threshold over `window` (0 when there was no traffic)."""
+    return f"slokit:sli_error:ratio{window}"
+
+
+def record_burn_rate(window: str) -> str:
+    """Error ratio over `window` divided by the error budget (1 = spending exactly the budget)."""
+    return f"slokit:burn_rate:ratio{window}"
+
+
+RECORD_ERROR_BUDGET_REMAINING: Final = "slokit:error_budget_remaining:ratio"  # over the SLO window, 1 = untouched
+RECORD_OBJECTIVE: Final = "slokit:objective:ratio"  # e.g. 0.95
+RECORD_LATENCY_BUCKET_RATE: Final = "slokit_engine:latency_bucket:rate5m"  # le, slo, model, class, engine
+RECORD_LATENCY_QUANTILE: Final = "slokit:latency_seconds:quantile5m"  # quantile, slo, model, class
+RECORD_ENGINE_LATENCY_QUANTILE: Final = "slokit_engine:latency_seconds:quantile5m"  # + engine
+RECORD_P99_BASELINE: Final = "slokit:latency_seconds:p99_baseline"  # same hour of day, offset (or 7-day median)
+RECORD_REQUEST_RATE: Final = "slokit:requests:rate5m"  # requests/s finishing, per model and class
+RECORD_CONSISTENCY: Final = "slokit:latency_p99_over_p50:ratio5m"
+RECORD_SCALE_OUT: Final = "slokit:scale_out:ratio"  # p99 TTFT / SLO threshold; autoscalers target the fraction
+RECORD_QUEUE_WAITING: Final = "slokit_engine:requests_waiting:max1m"
+RECORD_QUEUE_RUNNING: Final = "slokit_engine:requests_running:max1m"
+RECORD_KV_CACHE_USAGE: Final = "slokit_engine:kv_cache_usage:ratio"
+RECORD_PREEMPTIONS: Final = "slokit_engine:preemptions:rate5m"
+RECORD_DECODE_TOKENS: Final = "slokit_engine:generation_tokens:rate5m"  # decode tokens/s per engine
+RECORD_EXPECTED_DECODE_TOKENS: Final = "slokit:expected_decode_tokens_per_second"  # from the planner, per model

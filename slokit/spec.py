@@ -1,0 +1,1058 @@
+"""The SLO spec: typed, immutable, loaded with locations and validated so that a user can act on every error.
+
+One spec file describes one service: the models it serves, its request classes, their latency SLOs and the
+alerting options. Everything else (rules, dashboards, runbooks, exporter buckets, the probe's workload) is derived
+from the `Spec` this module returns. See docs/spec.md for every field.
+
+Validation collects every problem in one pass and raises one `SpecError` listing them all, each with file, line,
+column and field path, what is wrong and what would be right.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path as FsPath
+from types import MappingProxyType
+from typing import Any, Final, TypeVar
+
+from slokit import schema
+from slokit.distributions import Distribution, DistributionError, parse_distribution
+from slokit.plan.presets import GPU_NAMES, MODEL_NAMES
+from slokit.schema import Sli, Source
+from slokit.units import DurationError, format_duration, format_le, parse_duration
+from slokit.yamlloc import LoadedYaml, Location, Path, YamlLocationError, load_yaml
+
+SPEC_VERSION: Final = "slokit/v1"
+PERCENTILES: Final = MappingProxyType({"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p99.9": 0.999})
+TIER_NAMES: Final = ("target", "acceptable", "critical")
+NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
+HEADER_VALUE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+RUNBOOK_PLACEHOLDERS: Final = frozenset({"service", "alert"})
+
+
+# ==============================================================================================================
+# Errors
+# ==============================================================================================================
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem in one spec: where, which field, what is wrong and what would be right."""
+
+    location: Location
+    field: str  # dotted path such as classes[0].slos.ttft.objective.threshold; "" for the document
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.field}: " if self.field else ""
+        return f"{self.location}: {where}{self.message}"
+
+
+class SpecError(Exception):
+    """A spec that cannot be used. `issues` lists every problem found, in file order."""
+
+    def __init__(self, issues: Iterable[SpecIssue]) -> None:
+        self.issues = tuple(sorted(issues, key=lambda i: (i.location.file, i.location.line, i.location.column)))
+        super().__init__("\n".join(str(issue) for issue in self.issues))
+
+
+def format_path(path: Path) -> str:
+    """`("classes", 0, "slos")` -> `classes[0].slos`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+# ==============================================================================================================
+# The typed spec
+# ==============================================================================================================
+@dataclass(frozen=True)
+class TokenRange:
+    """Prompt-token range, `min` inclusive and `max` exclusive (max None: unbounded)."""
+
+    min: int
+    max: int | None
+
+    def contains(self, tokens: int) -> bool:
+        """Whether a prompt of `tokens` tokens falls in the range."""
+        return tokens >= self.min and (self.max is None or tokens < self.max)
+
+
+@dataclass(frozen=True)
+class Match:
+    """How the exporter assigns a request to a class.
+
+    The `x-slokit-class` header decides when its value equals a class's `header`. Otherwise the first class (in
+    spec order) whose `priority` and `prompt_tokens` rules all hold takes the request; a class with neither rule
+    is reached only through the header. Anything else is counted as class `other`.
+    """
+
+    header: str
+    priority: tuple[int, ...] = ()
+    prompt_tokens: TokenRange | None = None
+
+    @property
+    def has_request_rules(self) -> bool:
+        """Whether the class can be chosen without the header."""
+        return bool(self.priority) or self.prompt_tokens is not None
+
+    def matches_request(self, priority: int | None, prompt_tokens: int | None) -> bool:
+        """Whether the non-header rules all hold for a request (False if the class has no such rules)."""
+        if not self.has_request_rules:
+            return False
+        if self.priority and (priority is None or priority not in self.priority):
+            return False
+        return not (
+            self.prompt_tokens is not None and (prompt_tokens is None or not self.prompt_tokens.contains(prompt_tokens))
+        )
+
+
+@dataclass(frozen=True)
+class Objective:
+    """Error-budget objective: `percentile` % of requests at or under `threshold` seconds."""
+
+    percentile: float
+    threshold: float
+
+    @property
+    def target_ratio(self) -> float:
+        """Share of requests that must be good, e.g. 0.95."""
+        return self.percentile / 100.0
+
+    @property
+    def error_budget(self) -> float:
+        """Share of requests allowed to be slow, e.g. 0.05."""
+        return 1.0 - self.percentile / 100.0
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """Per-percentile latency tiers in seconds, keyed by the percentile name (`p50`, `p95`, ...)."""
+
+    target: Mapping[str, float]
+    acceptable: Mapping[str, float]
+    critical: Mapping[str, float]
+
+    def tier(self, name: str) -> Mapping[str, float]:
+        """One tier by name (target, acceptable or critical)."""
+        value: Mapping[str, float] = getattr(self, name)
+        return value
+
+    def thresholds(self) -> list[float]:
+        """Every threshold named in any tier."""
+        return [v for name in TIER_NAMES for v in self.tier(name).values()]
+
+
+@dataclass(frozen=True)
+class Consistency:
+    """Batch classes: p99 may be at most `max_p99_over_p50` times p50."""
+
+    max_p99_over_p50: float
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """The SLO of one latency indicator for one class."""
+
+    sli: Sli
+    objective: Objective | None
+    tiers: Tiers
+    consistency: Consistency | None
+
+    def thresholds(self) -> list[float]:
+        """Every latency threshold this SLO names (objective and tiers)."""
+        values = self.tiers.thresholds()
+        if self.objective is not None:
+            values.append(self.objective.threshold)
+        return values
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a typical request of the class looks like, for `slokit probe`."""
+
+    prompt_tokens: Distribution
+    output_tokens: Distribution
+
+
+@dataclass(frozen=True)
+class RequestClass:
+    """A request type (chat, code completion, batch summarisation) with its own SLOs."""
+
+    name: str
+    description: str
+    match: Match
+    models: tuple[str, ...]  # served model names this class runs on (resolved: never empty)
+    slos: Mapping[Sli, SloSpec]
+    workload: Workload | None
+
+
+@dataclass(frozen=True)
+class Model:
+    """One served model: its name as vLLM's `--served-model-name`, and how it is deployed."""
+
+    name: str
+    preset: str | None  # planner preset (llama-3-70b, ...), for expected decode throughput
+    gpu: str | None  # GPU preset name (h100-sxm, ...)
+    tensor_parallel: int
+    max_num_seqs: int  # the engine's --max-num-seqs: running requests at this level mean the engine is full
+
+
+@dataclass(frozen=True)
+class BurnRateWindow:
+    """One multi-window burn-rate alert: fire when both windows burn faster than the factor."""
+
+    severity: str  # "page" or "ticket": which of alerting.severity's label values it carries
+    long: float  # seconds
+    short: float  # seconds
+    budget_percent: float  # share of the whole window's budget this tier may spend within `long`
+    for_: float  # seconds
+
+    def factor(self, window: float) -> float:
+        """Burn-rate factor for an SLO window: budget share x window / long window (14.4 for 2% of 30d in 1h)."""
+        return (self.budget_percent / 100.0) * window / self.long
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Relative alert: trailing 5m p99 above `ratio` x the p99 at the same hour `offset` ago."""
+
+    ratio: float
+    offset: float  # seconds
+    min_rps: float  # requests/s needed both now and at the baseline time
+    median_days: int  # 0: baseline is the single offset; N >= 2: median of the same hour over N days
+    for_: float
+
+
+@dataclass(frozen=True)
+class ScaleOut:
+    """Autoscaling signal: p99 TTFT above `fraction_of_slo` x the TTFT threshold for `for_` seconds."""
+
+    fraction_of_slo: float
+    for_: float
+
+
+@dataclass(frozen=True)
+class Severity:
+    """The `severity` label values written on page and ticket alerts."""
+
+    page: str
+    ticket: str
+
+    def label(self, kind: str) -> str:
+        """The label value for `page` or `ticket`."""
+        return self.page if kind == "page" else self.ticket
+
+
+@dataclass(frozen=True)
+class Alerting:
+    """Alerting options shared by every SLO of the spec."""
+
+    burn_rates: tuple[BurnRateWindow, ...]
+    baseline: Baseline
+    scale_out: ScaleOut
+    severity: Severity
+    runbook_url: str  # pattern with {service} and {alert}
+    tier_for: float  # seconds a tier breach must last
+    kv_cache_usage_max: float  # KV-cache pressure alert level (0..1)
+    labels: Mapping[str, str]  # extra labels on every alert
+
+    def runbook_link(self, service: str, anchor: str) -> str:
+        """The runbook URL for one alert section."""
+        return self.runbook_url.replace("{service}", service).replace("{alert}", anchor)
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """The vLLM release whose metrics a `source: vllm` spec reads, and any custom buckets it runs with."""
+
+    version: str
+    custom_histogram_buckets: Mapping[str, tuple[float, ...]]
+
+    def buckets(self, sli: Sli) -> tuple[float, ...]:
+        """The boundaries vLLM exposes for an SLI's histogram."""
+        family = schema.VLLM_SLI_FAMILY[sli]
+        if family in self.custom_histogram_buckets:
+            return self.custom_histogram_buckets[family]
+        return schema.VLLM_VERSIONS[self.version].buckets[family]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated spec. Immutable; generators and exporters read it and nothing writes it."""
+
+    version: str
+    service: str
+    description: str
+    source: Source
+    window: float  # seconds
+    demo: bool  # shortened windows for `slokit demo`; never a production spec
+    vllm: VllmSettings
+    models: tuple[Model, ...]
+    classes: tuple[RequestClass, ...]
+    alerting: Alerting
+    path: str = ""
+    digest: str = field(default="", compare=False)
+
+    @property
+    def metrics(self) -> schema.SourceMetrics:
+        """Metric names of this spec's source."""
+        return schema.metrics_for(self.source)
+
+    def model(self, name: str) -> Model:
+        """A model by served name."""
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(name)
+
+    def request_class(self, name: str) -> RequestClass:
+        """A class by name."""
+        for request_class in self.classes:
+            if request_class.name == name:
+                return request_class
+        raise KeyError(name)
+
+    def buckets(self, sli: Sli) -> tuple[float, ...]:
+        """Histogram boundaries the source exposes for an SLI.
+
+        For `source: slokit` these are the default ladder plus every threshold the spec names for that SLI, so
+        every threshold is a boundary by construction.
+        """
+        if self.source is Source.VLLM:
+            return self.vllm.buckets(sli)
+        values = set(schema.SLOKIT_DEFAULT_BUCKETS[sli])
+        for request_class in self.classes:
+            slo = request_class.slos.get(sli)
+            if slo is not None:
+                values.update(slo.thresholds())
+        return tuple(sorted(values))
+
+    def classify(self, header: str | None, priority: int | None, prompt_tokens: int | None) -> str:
+        """The class label for a request (see `Match`); `other` when no class takes it."""
+        if header is not None:
+            for request_class in self.classes:
+                if request_class.match.header == header:
+                    return request_class.name
+        for request_class in self.classes:
+            if request_class.match.matches_request(priority, prompt_tokens):
+                return request_class.name
+        return schema.OTHER_CLASS
+
+    def longest_alert_window(self) -> float:
+        """The longest window any alert reads, in seconds."""
+        windows = [w.long for w in self.alerting.burn_rates]
+        return max(windows, default=0.0)
+
+
+# ==============================================================================================================
+# Loading
+# ==============================================================================================================
+T = TypeVar("T")
+
+DEFAULT_BURN_RATES: Final[tuple[BurnRateWindow, ...]] = (
+    BurnRateWindow("page", long=3600, short=300, budget_percent=2, for_=120),
+    BurnRateWindow("page", long=6 * 3600, short=1800, budget_percent=5, for_=900),
+    BurnRateWindow("ticket", long=86400, short=7200, budget_percent=10, for_=3600),
+    BurnRateWindow("ticket", long=3 * 86400, short=6 * 3600, budget_percent=10, for_=3 * 3600),
+)
+
+
+class _Checker:
+    """Reads plain YAML data into the typed spec, collecting every problem instead of stopping at the first."""
+
+    def __init__(self, loaded: LoadedYaml, file: str) -> None:
+        self.loaded = loaded
+        self.file = file
+        self.issues: list[SpecIssue] = []
+
+    # -- reporting ------------------------------------------------------------------------------------------
+    def error(self, path: Path, message: str, *, at_key: bool = False) -> None:
+        location = self.loaded.locate_key(path) if at_key else self.loaded.locate(path)
+        self.issues.append(SpecIssue(location, format_path(path), message))
+
+    # -- generic field readers --------------------------------------------------------------------------------
+    def mapping(self, value: Any, path: Path, allowed: Iterable[str], required: Iterable[str] = ()) -> dict[str, Any]:
+        """Check that `value` is a mapping with only `allowed` keys and all `required` keys."""
+        if not isinstance(value, dict):
+            self.error(path, f"must be a mapping (key: value), not {_kind(value)}")
+            return {}
+        allowed_list = list(allowed)
+        for key in value:
+            if key not in allowed_list:
+                close = difflib.get_close_matches(key, allowed_list, n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(allowed_list)}"
+                self.error((*path, key), f"unknown key {key!r}{hint}", at_key=True)
+        for key in required:
+            if key not in value:
+                self.error(path, f"missing required key {key!r}")
+        return {k: v for k, v in value.items() if k in allowed_list}
+
+    def string(self, value: Any, path: Path, pattern: re.Pattern[str] | None = None, what: str = "") -> str | None:
+        if not isinstance(value, str) or not value.strip():
+            self.error(path, f"must be a non-empty string, not {_kind(value)}")
+            return None
+        if pattern is not None and not pattern.match(value):
+            self.error(path, f"{value!r} is not a valid {what or 'name'}")
+            return None
+        return value
+
+    def name(self, value: Any, path: Path) -> str | None:
+        if not isinstance(value, str) or not value:
+            self.error(path, f"must be a name (lower-case letters, digits, '-' or '_'), not {_kind(value)}")
+            return None
+        if not NAME_RE.match(value):
+            self.error(
+                path,
+                f"{value!r} is not a valid name: use 1-63 lower-case letters, digits, '-' or '_', "
+                "starting and ending with a letter or digit",
+            )
+            return None
+        return value
+
+    def duration(self, value: Any, path: Path, minimum: float = 0.0) -> float | None:
+        try:
+            seconds = parse_duration(value)
+        except DurationError as exc:
+            self.error(path, str(exc))
+            return None
+        if seconds <= minimum:
+            self.error(path, f"{value!r} must be longer than {format_duration(minimum) if minimum else '0'}")
+            return None
+        return seconds
+
+    def number(
+        self,
+        value: Any,
+        path: Path,
+        *,
+        low: float | None = None,
+        high: float | None = None,
+        low_open: bool = False,
+        high_open: bool = False,
+        integer: bool = False,
+    ) -> float | None:
+        kind_ok = isinstance(value, int) if integer else isinstance(value, int | float)
+        if isinstance(value, bool) or not kind_ok or (isinstance(value, float) and not math.isfinite(value)):
+            self.error(path, f"must be {'an integer' if integer else 'a number'}, not {_kind(value)}")
+            return None
+        number = float(value)
+        if low is not None and (number < low or (low_open and number == low)):
+            self.error(path, f"{value!r} is out of range: must be {_range_text(low, high, low_open, high_open)}")
+            return None
+        if high is not None and (number > high or (high_open and number == high)):
+            self.error(path, f"{value!r} is out of range: must be {_range_text(low, high, low_open, high_open)}")
+            return None
+        return number
+
+    def get(self, data: dict[str, Any], key: str, path: Path, read: Callable[[Any, Path], T | None], default: T) -> T:
+        """Read an optional key with a default; a present but invalid value reports and falls back."""
+        if key not in data:
+            return default
+        value = read(data[key], (*path, key))
+        return default if value is None else value
+
+    def items(self, value: Any, path: Path) -> list[Any]:
+        if not isinstance(value, list):
+            self.error(path, f"must be a list, not {_kind(value)}")
+            return []
+        if not value:
+            self.error(path, "must not be empty")
+        return value
+
+    # -- the spec ---------------------------------------------------------------------------------------------
+    def spec(self) -> Spec | None:
+        root = self.loaded.data
+        if root is None:
+            self.error((), f"the file is empty; start from `slokit init` (version: {SPEC_VERSION})")
+            return None
+        top = self.mapping(
+            root,
+            (),
+            ("version", "service", "description", "source", "window", "demo", "vllm", "models", "classes",
+             "alerting"),
+            ("version", "service", "models", "classes"),
+        )  # fmt: skip
+        if not top and not isinstance(root, dict):
+            return None
+        version = top.get("version")
+        if "version" in top and version != SPEC_VERSION:
+            self.error(("version",), f"unsupported version {version!r}; this slokit reads {SPEC_VERSION!r}")
+        service = self.name(top["service"], ("service",)) if "service" in top else None
+        description = self.get(top, "description", (), self.string, "")
+        source = self._source(top)
+        window = self.get(top, "window", (), self.duration, 28 * 86400.0)
+        demo = self.get(top, "demo", (), self._bool, False)
+        vllm = self._vllm(top.get("vllm", {}), ("vllm",))
+        models = self._models(top.get("models"), ("models",)) if "models" in top else ()
+        model_names = tuple(dict.fromkeys(m.name for m in models))
+        classes = self._classes(top.get("classes"), ("classes",), model_names) if "classes" in top else ()
+        alerting = self._alerting(top.get("alerting", {}), ("alerting",))
+        self._cross_checks(source, window, vllm, classes, alerting, top)
+        if self.issues or service is None:
+            return None
+        return Spec(
+            version=SPEC_VERSION,
+            service=service,
+            description=description,
+            source=source,
+            window=window,
+            demo=demo,
+            vllm=vllm,
+            models=models,
+            classes=classes,
+            alerting=alerting,
+            path=self.file,
+        )
+
+    def _bool(self, value: Any, path: Path) -> bool | None:
+        if not isinstance(value, bool):
+            self.error(path, f"must be true or false, not {_kind(value)}")
+            return None
+        return value
+
+    def _source(self, top: dict[str, Any]) -> Source:
+        value = top.get("source", Source.SLOKIT.value)
+        try:
+            return Source(value)
+        except ValueError:
+            self.error(("source",), f"{value!r} is not a source; use 'slokit' (slokit's exporter) or 'vllm'")
+            return Source.SLOKIT
+
+    def _vllm(self, value: Any, path: Path) -> VllmSettings:
+        data = self.mapping(value, path, ("version", "custom_histogram_buckets"))
+        version = str(data.get("version", schema.DEFAULT_VLLM_VERSION))
+        if version not in schema.VLLM_VERSIONS:
+            known = ", ".join(schema.VLLM_VERSIONS)
+            self.error((*path, "version"), f"vLLM {version!r} has no bucket table here; known versions: {known}")
+            version = schema.DEFAULT_VLLM_VERSION
+        custom: dict[str, tuple[float, ...]] = {}
+        if "custom_histogram_buckets" in data:
+            cpath = (*path, "custom_histogram_buckets")
+            families = self.mapping(data["custom_histogram_buckets"], cpath, schema.VLLM_SLI_FAMILY.values())
+            for family, bounds in families.items():
+                parsed = self._bucket_list(bounds, (*cpath, family))
+                if parsed:
+                    custom[family] = parsed
+            if custom and not schema.VLLM_VERSIONS[version].custom_histogram_buckets:
+                self.error(
+                    cpath,
+                    f"vLLM {version} has no --custom-histogram-buckets; it arrived in 0.32 (or subclass "
+                    "PrometheusStatLogger to change buckets)",
+                )
+        return VllmSettings(version, MappingProxyType(custom))
+
+    def _bucket_list(self, value: Any, path: Path) -> tuple[float, ...]:
+        if not isinstance(value, list) or not value:
+            self.error(path, "must be a non-empty list of bucket boundaries in seconds, such as [0.1, 0.25, 0.5]")
+            return ()
+        numbers: list[float] = []
+        for index, item in enumerate(value):
+            number = self.number(item, (*path, index), low=0, low_open=True)
+            if number is None:
+                return ()
+            numbers.append(number)
+        if any(b <= a for a, b in itertools.pairwise(numbers)):
+            self.error(path, "boundaries must be strictly increasing (vLLM rejects anything else)")
+            return ()
+        return tuple(numbers)
+
+    def _models(self, value: Any, path: Path) -> tuple[Model, ...]:
+        models: list[Model] = []
+        seen: dict[str, int] = {}
+        for index, item in enumerate(self.items(value, path)):
+            ipath = (*path, index)
+            data = self.mapping(item, ipath, ("name", "preset", "gpu", "tensor_parallel", "max_num_seqs"), ("name",))
+            name = self.string(data["name"], (*ipath, "name")) if "name" in data else None
+            if name is not None and name in seen:
+                self.error((*ipath, "name"), f"duplicate model {name!r} (also models[{seen[name]}])")
+            elif name is not None:
+                seen[name] = index
+            preset = self.get(data, "preset", ipath, self._preset, None)
+            if preset is None and name in MODEL_NAMES:
+                preset = name
+            gpu = self.get(data, "gpu", ipath, self._gpu, None)
+            tp = self.get(data, "tensor_parallel", ipath, self._positive_int, 1)
+            max_num_seqs = self.get(data, "max_num_seqs", ipath, self._positive_int, 256)
+            if name is not None:
+                models.append(Model(name, preset, gpu, tp, max_num_seqs))
+        return tuple(models)
+
+    def _positive_int(self, value: Any, path: Path) -> int | None:
+        number = self.number(value, path, low=1, integer=True)
+        return None if number is None else int(number)
+
+    def _preset(self, value: Any, path: Path) -> str | None:
+        return self._choice(value, path, MODEL_NAMES, "model preset")
+
+    def _gpu(self, value: Any, path: Path) -> str | None:
+        return self._choice(value, path, GPU_NAMES, "GPU")
+
+    def _choice(self, value: Any, path: Path, choices: Iterable[str], what: str) -> str | None:
+        options = sorted(choices)
+        if isinstance(value, str) and value in options:
+            return value
+        close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        self.error(path, f"unknown {what} {value!r}; {hint}known: {', '.join(options)}")
+        return None
+
+    # -- classes ----------------------------------------------------------------------------------------------
+    def _classes(self, value: Any, path: Path, model_names: tuple[str, ...]) -> tuple[RequestClass, ...]:
+        classes: list[RequestClass] = []
+        seen_names: dict[str, int] = {}
+        seen_headers: dict[str, int] = {}
+        for index, item in enumerate(self.items(value, path)):
+            ipath = (*path, index)
+            data = self.mapping(
+                item, ipath, ("name", "description", "match", "models", "slos", "workload"), ("name", "slos")
+            )
+            name = self.name(data["name"], (*ipath, "name")) if "name" in data else None
+            duplicate = name is not None and name in seen_names
+            if name == schema.OTHER_CLASS:
+                self.error((*ipath, "name"), f"{name!r} is reserved for requests no class takes; pick another name")
+                name = None
+            if name is not None and name in seen_names:
+                self.error((*ipath, "name"), f"duplicate class {name!r} (also classes[{seen_names[name]}])")
+            elif name is not None:
+                seen_names[name] = index
+            description = self.get(data, "description", ipath, self.string, "")
+            match = self._match(data.get("match", {}), (*ipath, "match"), name or "")
+            if match.header in seen_headers and name is not None and not duplicate:
+                self.error(
+                    (*ipath, "match", "header"),
+                    f"header value {match.header!r} already selects classes[{seen_headers[match.header]}]",
+                )
+            else:
+                seen_headers[match.header] = index
+            models = self._class_models(data.get("models"), (*ipath, "models"), model_names)
+            slos = self._slos(data["slos"], (*ipath, "slos")) if "slos" in data else {}
+            workload = self._workload(data["workload"], (*ipath, "workload")) if "workload" in data else None
+            if name is not None:
+                classes.append(RequestClass(name, description, match, models, MappingProxyType(slos), workload))
+        return tuple(classes)
+
+    def _match(self, value: Any, path: Path, class_name: str) -> Match:
+        data = self.mapping(value, path, ("header", "priority", "prompt_tokens"))
+        header = class_name
+        if "header" in data:
+            header = self.string(data["header"], (*path, "header"), HEADER_VALUE_RE, "header value") or class_name
+        priority: tuple[int, ...] = ()
+        if "priority" in data:
+            raw = data["priority"]
+            values = raw if isinstance(raw, list) else [raw]
+            parsed = [self.number(v, (*path, "priority"), integer=True) for v in values]
+            if not values:
+                self.error((*path, "priority"), "must be an integer or a non-empty list of integers")
+            priority = tuple(int(v) for v in parsed if v is not None)
+        prompt_tokens = None
+        if "prompt_tokens" in data:
+            ppath = (*path, "prompt_tokens")
+            rng = self.mapping(data["prompt_tokens"], ppath, ("min", "max"))
+            if isinstance(data["prompt_tokens"], dict) and not rng:
+                self.error(ppath, "give min, max or both, e.g. {min: 0, max: 2048}")
+            low = self.get(rng, "min", ppath, lambda v, p: self.number(v, p, low=0, integer=True), 0.0)
+            high = self.get(rng, "max", ppath, lambda v, p: self.number(v, p, low=1, integer=True), None)
+            if high is not None and high <= low:
+                self.error((*ppath, "max"), f"max ({int(high)}) must be larger than min ({int(low)})")
+            prompt_tokens = TokenRange(int(low), None if high is None else int(high))
+        return Match(header, priority, prompt_tokens)
+
+    def _class_models(self, value: Any, path: Path, model_names: tuple[str, ...]) -> tuple[str, ...]:
+        if value is None:
+            return model_names
+        names = value if isinstance(value, list) else [value]
+        if not names:
+            self.error(path, "must name at least one model, or be left out to mean every model")
+        result: list[str] = []
+        for index, item in enumerate(names):
+            ipath = (*path, index) if isinstance(value, list) else path
+            if item in model_names:
+                result.append(item)
+            else:
+                self.error(ipath, f"{item!r} is not a model of this spec; models: {', '.join(model_names) or 'none'}")
+        return tuple(result)
+
+    def _workload(self, value: Any, path: Path) -> Workload | None:
+        data = self.mapping(value, path, ("prompt_tokens", "output_tokens"), ("prompt_tokens", "output_tokens"))
+        prompt = self._distribution(data.get("prompt_tokens"), (*path, "prompt_tokens"))
+        output = self._distribution(data.get("output_tokens"), (*path, "output_tokens"))
+        if prompt is None or output is None:
+            return None
+        return Workload(prompt, output)
+
+    def _distribution(self, value: Any, path: Path) -> Distribution | None:
+        if value is None:
+            return None
+        try:
+            return parse_distribution(value)
+        except DistributionError as exc:
+            self.error(path, str(exc))
+            return None
+
+    def _slos(self, value: Any, path: Path) -> dict[Sli, SloSpec]:
+        data = self.mapping(value, path, [s.value for s in Sli])
+        if isinstance(value, dict) and not value:
+            self.error(path, f"give at least one SLO: {', '.join(s.value for s in Sli)}")
+        slos: dict[Sli, SloSpec] = {}
+        for key, item in data.items():
+            sli = Sli(key)
+            slo = self._slo(sli, item, (*path, key))
+            if slo is not None:
+                slos[sli] = slo
+        return slos
+
+    def _slo(self, sli: Sli, value: Any, path: Path) -> SloSpec | None:
+        data = self.mapping(value, path, ("objective", "tiers", "consistency"))
+        if isinstance(value, dict) and not ({"objective", "tiers", "consistency"} & value.keys()):
+            self.error(path, "give an objective, tiers or a consistency objective; otherwise nothing can alert")
+        objective = None
+        if "objective" in data:
+            opath = (*path, "objective")
+            odata = self.mapping(data["objective"], opath, ("percentile", "threshold"), ("percentile", "threshold"))
+            percentile = (
+                self.number(odata["percentile"], (*opath, "percentile"), low=0, high=100, low_open=True,
+                            high_open=True)
+                if "percentile" in odata else None
+            )  # fmt: skip
+            threshold = self.duration(odata["threshold"], (*opath, "threshold")) if "threshold" in odata else None
+            if percentile is not None and threshold is not None:
+                objective = Objective(percentile, threshold)
+        tiers = self._tiers(data.get("tiers", {}), (*path, "tiers"))
+        consistency = None
+        if "consistency" in data:
+            cpath = (*path, "consistency")
+            cdata = self.mapping(data["consistency"], cpath, ("max_p99_over_p50",), ("max_p99_over_p50",))
+            if "max_p99_over_p50" in cdata:
+                ratio = self.number(cdata["max_p99_over_p50"], (*cpath, "max_p99_over_p50"), low=1, low_open=True)
+                if ratio is not None:
+                    consistency = Consistency(ratio)
+        return SloSpec(sli, objective, tiers, consistency)
+
+    def _tiers(self, value: Any, path: Path) -> Tiers:
+        data = self.mapping(value, path, TIER_NAMES)
+        parsed: dict[str, dict[str, float]] = {}
+        for tier in TIER_NAMES:
+            tpath = (*path, tier)
+            values: dict[str, float] = {}
+            if tier in data:
+                tdata = self.mapping(data[tier], tpath, PERCENTILES)
+                for pct, raw in tdata.items():
+                    seconds = self.duration(raw, (*tpath, pct))
+                    if seconds is not None:
+                        values[pct] = seconds
+            parsed[tier] = values
+        for pct in PERCENTILES:
+            present = [(tier, parsed[tier][pct]) for tier in TIER_NAMES if pct in parsed[tier]]
+            for (low_tier, low), (high_tier, high) in itertools.pairwise(present):
+                if low > high:
+                    self.error(
+                        (*path, high_tier, pct),
+                        f"tiers out of order: {high_tier} {pct} {format_duration(high)} is faster than "
+                        f"{low_tier} {format_duration(low)}; need target <= acceptable <= critical",
+                    )
+        for tier in TIER_NAMES:
+            ordered = [(pct, parsed[tier][pct]) for pct in PERCENTILES if pct in parsed[tier]]
+            for (low_pct, low), (high_pct, high) in itertools.pairwise(ordered):
+                if low > high:
+                    self.error(
+                        (*path, tier, high_pct),
+                        f"{high_pct} {format_duration(high)} is below {low_pct} {format_duration(low)}; a higher "
+                        "percentile cannot be faster",
+                    )
+        return Tiers(*(MappingProxyType(parsed[tier]) for tier in TIER_NAMES))
+
+    # -- alerting ---------------------------------------------------------------------------------------------
+    def _alerting(self, value: Any, path: Path) -> Alerting:
+        data = self.mapping(
+            value,
+            path,
+            ("burn_rates", "baseline", "scale_out", "severity", "runbook_url", "tier_for", "kv_cache_usage_max",
+             "labels"),
+        )  # fmt: skip
+        burn_rates = DEFAULT_BURN_RATES
+        if "burn_rates" in data:
+            burn_rates = self._burn_rates(data["burn_rates"], (*path, "burn_rates"))
+        bpath = (*path, "baseline")
+        bdata = self.mapping(data.get("baseline", {}), bpath, ("ratio", "offset", "min_rps", "median_days", "for"))
+        baseline = Baseline(
+            ratio=self.get(bdata, "ratio", bpath, lambda v, p: self.number(v, p, low=1, low_open=True), 1.5),
+            offset=self.get(bdata, "offset", bpath, self.duration, 86400.0),
+            min_rps=self.get(bdata, "min_rps", bpath, lambda v, p: self.number(v, p, low=0), 0.05),
+            median_days=int(self.get(bdata, "median_days", bpath, lambda v, p: self._median_days(v, p), 0.0)),
+            for_=self.get(bdata, "for", bpath, self._for, 600.0),
+        )
+        spath = (*path, "scale_out")
+        sdata = self.mapping(data.get("scale_out", {}), spath, ("fraction_of_slo", "for"))
+        scale_out = ScaleOut(
+            fraction_of_slo=self.get(
+                sdata,
+                "fraction_of_slo",
+                spath,
+                lambda v, p: self.number(v, p, low=0, high=1, low_open=True),
+                0.8,
+            ),
+            for_=self.get(sdata, "for", spath, self._for, 300.0),
+        )
+        vpath = (*path, "severity")
+        vdata = self.mapping(data.get("severity", {}), vpath, ("page", "ticket"))
+        severity = Severity(
+            page=self.get(vdata, "page", vpath, self._label_value, "critical"),
+            ticket=self.get(vdata, "ticket", vpath, self._label_value, "warning"),
+        )
+        runbook_url = self.get(data, "runbook_url", path, self._runbook_url, "runbooks/{service}.md#{alert}")
+        tier_for = self.get(data, "tier_for", path, self._for, 300.0)
+        kv_max = self.get(
+            data,
+            "kv_cache_usage_max",
+            path,
+            lambda v, p: self.number(v, p, low=0, high=1, low_open=True),
+            0.95,
+        )
+        labels: dict[str, str] = {}
+        if "labels" in data:
+            lpath = (*path, "labels")
+            raw = data["labels"]
+            if not isinstance(raw, dict):
+                self.error(lpath, f"must be a mapping of label names to values, not {_kind(raw)}")
+            else:
+                for key, label_value in raw.items():
+                    if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", key) or key.startswith("__"):
+                        self.error((*lpath, key), f"{key!r} is not a Prometheus label name", at_key=True)
+                    elif key in {"severity", "service", "slo", "model", "class", "alertname"}:
+                        self.error((*lpath, key), f"{key!r} is set by slokit on every alert", at_key=True)
+                    else:
+                        text = self._label_value(label_value, (*lpath, key))
+                        if text is not None:
+                            labels[key] = text
+        return Alerting(
+            burn_rates=burn_rates,
+            baseline=baseline,
+            scale_out=scale_out,
+            severity=severity,
+            runbook_url=runbook_url,
+            tier_for=tier_for,
+            kv_cache_usage_max=kv_max,
+            labels=MappingProxyType(labels),
+        )
+
+    def _for(self, value: Any, path: Path) -> float | None:
+        try:
+            seconds = parse_duration(value)
+        except DurationError as exc:
+            self.error(path, str(exc))
+            return None
+        return seconds
+
+    def _median_days(self, value: Any, path: Path) -> float | None:
+        number = self.number(value, path, low=0, high=28, integer=True)
+        if number is not None and number == 1:
+            self.error(path, "a median needs at least 2 days; use 0 for the single offset baseline")
+            return None
+        return number
+
+    def _label_value(self, value: Any, path: Path) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            self.error(path, f"must be a string, not {_kind(value)}")
+            return None
+        return str(value)
+
+    def _runbook_url(self, value: Any, path: Path) -> str | None:
+        text = self.string(value, path)
+        if text is None:
+            return None
+        placeholders = set(re.findall(r"\{([^{}]*)\}", text))
+        unknown = placeholders - RUNBOOK_PLACEHOLDERS
+        if unknown:
+            self.error(path, f"unknown placeholder {{{sorted(unknown)[0]}}}; use {{service}} and {{alert}}")
+            return None
+        if "{alert}" not in text:
+            self.error(path, "must contain {alert}, so each alert links to its own runbook section")
+            return None
+        return text
+
+    def _burn_rates(self, value: Any, path: Path) -> tuple[BurnRateWindow, ...]:
+        windows: list[BurnRateWindow] = []
+        for index, item in enumerate(self.items(value, path)):
+            ipath = (*path, index)
+            data = self.mapping(
+                item, ipath, ("severity", "long", "short", "budget_percent", "for"),
+                ("severity", "long", "short", "budget_percent"),
+            )  # fmt: skip
+            severity = data.get("severity")
+            if "severity" in data and severity not in ("page", "ticket"):
+                self.error((*ipath, "severity"), f"{severity!r} must be 'page' or 'ticket'")
+            long = self.duration(data["long"], (*ipath, "long")) if "long" in data else None
+            short = self.duration(data["short"], (*ipath, "short")) if "short" in data else None
+            budget = (
+                self.number(data["budget_percent"], (*ipath, "budget_percent"), low=0, high=100, low_open=True)
+                if "budget_percent" in data else None
+            )  # fmt: skip
+            for_ = self.get(data, "for", ipath, self._for, 0.0)
+            if long is not None and short is not None and short >= long:
+                self.error(
+                    (*ipath, "short"),
+                    f"short window {format_duration(short)} must be shorter than long "
+                    f"{format_duration(long)} (about 1/12 of it is usual)",
+                )
+            if long is not None and long < 300:
+                self.error((*ipath, "long"), "a long window under 5m cannot hold a 5m rate")
+            if short is not None and short < 300 and short % 300 != 0:
+                self.error((*ipath, "short"), "the shortest window slokit records is 5m")
+            if severity in ("page", "ticket") and long and short and budget:
+                windows.append(BurnRateWindow(str(severity), long, short, budget, for_))
+        return tuple(windows)
+
+    # -- checks across fields ---------------------------------------------------------------------------------
+    def _cross_checks(
+        self,
+        source: Source,
+        window: float,
+        vllm: VllmSettings,
+        classes: tuple[RequestClass, ...],
+        alerting: Alerting,
+        top: dict[str, Any],
+    ) -> None:
+        longest = max((w.long for w in alerting.burn_rates), default=0.0)
+        if longest > window:
+            self.error(
+                ("window",),
+                f"window {format_duration(window)} is shorter than the longest alert window "
+                f"{format_duration(longest)}; make it at least that long",
+            )
+        if alerting.baseline.offset + 3600 > window * 10:
+            self.error(("alerting", "baseline", "offset"), "baseline offset is far longer than the SLO window")
+        if source is Source.VLLM:
+            self._vllm_checks(vllm, classes, top)
+
+    def _vllm_checks(self, vllm: VllmSettings, classes: tuple[RequestClass, ...], top: dict[str, Any]) -> None:
+        owner: dict[str, int] = {}
+        for index, request_class in enumerate(classes):
+            for model in request_class.models:
+                if model in owner:
+                    self.error(
+                        ("classes", index, "models"),
+                        f"model {model!r} already belongs to classes[{owner[model]}]: vLLM's own metrics carry no "
+                        "request class, so two classes cannot share a model with source: vllm; give each class its "
+                        "own models, or use source: slokit for per-class SLOs",
+                    )
+                else:
+                    owner[model] = index
+            for sli, slo in request_class.slos.items():
+                self._alignment(vllm, sli, slo, ("classes", index, "slos", sli.value))
+
+    def _alignment(self, vllm: VllmSettings, sli: Sli, slo: SloSpec, path: Path) -> None:
+        bounds = vllm.buckets(sli)
+        family = schema.VLLM_SLI_FAMILY[sli]
+        metric = schema.VLLM_METRICS.latency[sli].removeprefix("vllm:")
+        places: list[tuple[Path, float]] = []
+        if slo.objective is not None:
+            places.append(((*path, "objective", "threshold"), slo.objective.threshold))
+        for tier in TIER_NAMES:
+            for pct, seconds in slo.tiers.tier(tier).items():
+                places.append(((*path, "tiers", tier, pct), seconds))
+        for fpath, seconds in places:
+            if any(math.isclose(seconds, b, rel_tol=1e-9) for b in bounds):
+                continue
+            below, above = _neighbours(bounds, seconds)
+            near = " and ".join(format_duration(b) for b in (below, above) if b is not None)
+            fixed = sorted({*bounds, seconds})
+            flag = json.dumps({family: [float(format_le(b)) for b in fixed]}, separators=(",", ":"))
+            how = (
+                f"or run vLLM with --custom-histogram-buckets '{flag}' and declare the same list under "
+                f"vllm.custom_histogram_buckets.{family}"
+                if schema.VLLM_VERSIONS[vllm.version].custom_histogram_buckets
+                else "or upgrade to vLLM 0.32 for --custom-histogram-buckets"
+            )
+            self.error(
+                fpath,
+                f"{sli.value} threshold {format_duration(seconds)} is not a bucket boundary of vLLM "
+                f"{vllm.version}'s {metric} histogram, so the SLI cannot be counted exactly; nearest are {near}; "
+                f"use one of those, {how}",
+            )
+
+
+def _neighbours(bounds: tuple[float, ...], value: float) -> tuple[float | None, float | None]:
+    index = bisect.bisect_left(bounds, value)
+    below = bounds[index - 1] if index > 0 else None
+    above = bounds[index] if index < len(bounds) else None
+    return below, above
+
+
+def _range_text(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    parts = []
+    if low is not None:
+        parts.append(f"{'>' if low_open else '>='} {low:g}")
+    if high is not None:
+        parts.append(f"{'<' if high_open else '<='} {high:g}")
+    return " and ".join(parts)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    return type(value).__name__
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def load_spec_text(text: str, file: str = "<spec>") -> Spec:
+    """Parse and validate spec text; raises `SpecError` with every problem found."""
+    try:
+        loaded = load_yaml(text, file)
+    except YamlLocationError as exc:
+        raise SpecError([SpecIssue(exc.location, "", exc.message)]) from None
+    checker = _Checker(loaded, file)
+    spec = checker.spec()
+    if spec is None or checker.issues:
+        if not checker.issues:
+            checker.error((), "the spec could not be read")
+        raise SpecError(checker.issues)
+    return _with_digest(spec, text)
+
+
+def _with_digest(spec: Spec, text: str) -> Spec:
+    return replace(spec, digest=_digest(text))
+
+
+def load_spec(path: str | FsPath) -> Spec:
+    """Read and validate one spec file."""
+    file = str(path)
+    try:
+        text = FsPath(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError([SpecIssue(Location(file, 1, 1), "", "no such file")]) from None
+    except IsADirectoryError:
+        raise SpecError([SpecIssue(Location(file, 1, 1), "", "is a directory, not a spec file")]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError([SpecIssue(Location(file, 1, 1), "", f"not UTF-8 text ({exc.reason})")]) from None
+    except OSError as exc:
+        raise SpecError([SpecIssue(Location(file, 1, 1), "", f"cannot be read: {exc.strerror}")]) from None
+    return load_spec_text(text, file)
+
+
+def default_spec_path() -> FsPath:
+    """The bundled default spec (used when a command is given none)."""
+    return FsPath(__file__).parent / "data" / "default.yaml"
