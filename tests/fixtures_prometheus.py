@@ -1,0 +1,1 @@
+"""Fixtures: Prometheus, promtool and Alertmanager binaries started on loopback ports."""
