@@ -634,7 +634,7 @@ class _Checker:
                     f"header value {match.header!r} already selects classes[{seen_headers[match.header]}]",
                 )
             else:
-                seen_headers[match.header] = index
+                seen_headers.setdefault(match.header, index)
             models = self._class_models(data.get("models"), (*ipath, "models"), model_names)
             slos = self._slos(data["slos"], (*ipath, "slos")) if "slos" in data else {}
             workload = self._workload(data["workload"], (*ipath, "workload")) if "workload" in data else None

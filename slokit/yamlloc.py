@@ -65,7 +65,14 @@ def _mark(file: str, mark: yaml.Mark | None) -> Location:
 
 def load_yaml(text: str, file: str) -> LoadedYaml:
     """Parse one YAML document; raises YamlLocationError for anything that is not plain safe YAML."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise YamlLocationError(
+            Location(file, line, column), f"character {exc.character!r} is not allowed in YAML ({exc.reason})"
+        ) from None
     try:
         try:
             root = loader.get_single_node()
@@ -86,6 +93,7 @@ def load_yaml(text: str, file: str) -> LoadedYaml:
 
 
 _MAX_DEPTH = 64
+_PLAIN_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:omap"})
 
 
 def _convert(
@@ -100,6 +108,8 @@ def _convert(
     locations[path] = _mark(file, node.start_mark)
     if depth > _MAX_DEPTH:
         raise YamlLocationError(locations[path], "YAML nested too deeply")
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in _PLAIN_TAGS:
+        raise YamlLocationError(locations[path], f"YAML tag {node.tag!r} is not allowed in a spec")
     if isinstance(node, yaml.MappingNode):
         try:
             loader.flatten_mapping(node)
