@@ -237,6 +237,44 @@ GPU_PCIE_RX: Final = "slokit_gpu_pcie_received_bytes_total"
 GPU_XID_ERRORS: Final = "slokit_gpu_xid_errors_total"  # label `xid`
 GPU_CLOCK_EVENT_REASONS: Final = "slokit_gpu_clock_event_active"  # label `reason`, 0/1
 GPU_INFO: Final = "slokit_gpu_info"
+# Labels of slokit_gpu_info (dcgm-exporter's spellings where it has one) and of the per-GPU breakdowns.
+GPU_MODEL_NAME_LABEL: Final = "modelName"
+GPU_PCI_BUS_ID_LABEL: Final = "pci_bus_id"
+GPU_DRIVER_VERSION_LABEL: Final = "driver_version"
+GPU_PRESET_LABEL: Final = "gpu_preset"  # slokit's preset name (h100-sxm, ...) or "" when slokit has no figures
+GPU_LINK_LABEL: Final = "link"  # NVLink index
+GPU_REASON_LABEL: Final = "reason"  # clock-event reason (sw_power_cap, hw_thermal_slowdown, ...)
+GPU_XID_LABEL: Final = "xid"
+GPU_SENSOR_LABEL: Final = "sensor"  # temperature sensor: gpu or memory
+GPU_ERROR_LABEL: Final = "error"  # corrected or uncorrected (ECC, remapped rows)
+GPU_METRIC_LABEL: Final = "metric"  # slokit_gpu_metric_supported: which metric
+GPU_OP_LABEL: Final = "op"  # slokit_gpu_nvml_errors_total: which NVML call failed
+GPU_MEMORY_RESERVED: Final = "slokit_gpu_memory_reserved_bytes"
+GPU_MEMORY_BUSY: Final = "slokit_gpu_memory_busy_ratio"  # NVML's memory duty cycle: NOT bandwidth
+GPU_UTILIZATION: Final = "slokit_gpu_utilization_ratio"  # NVML: share of time any kernel ran (duty cycle)
+GPU_SM_ACTIVE: Final = "slokit_gpu_sm_active_ratio"  # GPM, Hopper+: share of SMs busy
+GPU_TENSOR_ACTIVE: Final = "slokit_gpu_tensor_active_ratio"  # GPM, Hopper+: tensor pipes busy
+GPU_SM_CLOCK: Final = "slokit_gpu_sm_clock_hertz"
+GPU_MEMORY_CLOCK: Final = "slokit_gpu_memory_clock_hertz"
+GPU_CLOCK_EVENT_SECONDS: Final = "slokit_gpu_clock_event_seconds_total"  # label `reason`
+GPU_POWER: Final = "slokit_gpu_power_watts"
+GPU_POWER_LIMIT: Final = "slokit_gpu_power_limit_watts"
+GPU_ENERGY: Final = "slokit_gpu_energy_joules_total"
+GPU_TEMPERATURE: Final = "slokit_gpu_temperature_celsius"  # label `sensor`
+GPU_PCIE_LINK_GENERATION: Final = "slokit_gpu_pcie_link_generation"
+GPU_PCIE_LINK_MAX_GENERATION: Final = "slokit_gpu_pcie_link_max_generation"
+GPU_PCIE_LINK_WIDTH: Final = "slokit_gpu_pcie_link_width"
+GPU_PCIE_LINK_MAX_WIDTH: Final = "slokit_gpu_pcie_link_max_width"
+GPU_ECC_ERRORS: Final = "slokit_gpu_ecc_errors_total"  # label `error`; volatile counters (since driver load)
+GPU_REMAPPED_ROWS: Final = "slokit_gpu_remapped_rows"  # label `error`
+GPU_ROW_REMAP_PENDING: Final = "slokit_gpu_row_remap_pending"  # 1: a reset is needed to apply a remap
+GPU_ROW_REMAP_FAILURE: Final = "slokit_gpu_row_remap_failure"  # 1: remapping failed (RMA candidate)
+GPU_LAST_XID: Final = "slokit_gpu_last_xid"  # last XID seen (0: none); as DCGM_FI_DEV_XID_ERRORS
+GPU_METRIC_SUPPORTED: Final = "slokit_gpu_metric_supported"  # labels UUID, metric; 0/1
+GPU_NVML_ERRORS: Final = "slokit_gpu_nvml_errors_total"  # labels op, error
+GPU_COLLECT_DURATION: Final = "slokit_gpu_collect_duration_seconds"
+GPU_LAST_COLLECT: Final = "slokit_gpu_last_collect_timestamp_seconds"
+GPU_EXPORTER_PORT: Final = 9835  # default port of `slokit exporter gpu`
 
 
 # --------------------------------------------------------------------------------------------------------------
