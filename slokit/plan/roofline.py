@@ -591,7 +591,7 @@ def _notes(p: Plan) -> list[str]:
         )
         notes.append(
             f"DOES NOT FIT: {i.model.name} in {i.weight_dtype} needs {_gb(p.weight_bytes_per_gpu)} of weights per "
-            f"GPU on {where}, but a {i.gpu.name} has {_gb(p.usable_bytes_per_gpu)} usable "
+            f"GPU on {where}, but each {i.gpu.name} has {_gb(p.usable_bytes_per_gpu)} usable "
             f"({_gb(i.gpu.hbm_bytes)} x {i.gpu_memory_utilization:g} - {_gb(i.overhead_bytes_per_gpu)} overhead); "
             f"{hint}"
         )
@@ -607,7 +607,12 @@ def _notes(p: Plan) -> list[str]:
             f"{p.step_at_batch_1.expected * 1e3:.1f} ms per token; use more tensor parallelism, FP8 weights or a "
             "faster GPU"
         )
-    elif p.fits and p.max_batch and p.max_batch == p.max_sequences_by_kv and p.max_batch < (i.max_num_seqs or 0):
+    elif (
+        p.fits
+        and p.max_batch
+        and p.max_batch == p.max_sequences_by_kv
+        and (i.max_num_seqs is None or p.max_batch < i.max_num_seqs)
+    ):
         notes.append(
             f"the KV cache, not the ITL SLO, limits the batch to {p.max_batch} sequences of {i.context_tokens} "
             "tokens; an 8-bit KV cache or more GPUs per engine raises it"
@@ -620,9 +625,14 @@ def _notes(p: Plan) -> list[str]:
         )
     if p.fp8_kv is not None and p.fits and p.fp8_kv.max_batch > p.max_batch:
         notes.append(
-            f"an 8-bit KV cache (--kv-cache-dtype fp8) halves KV bytes per token and raises the batch from "
+            f"an 8-bit KV cache (--kv-dtype fp8; vLLM's --kv-cache-dtype fp8) halves KV bytes per token and raises "
+            f"the batch from "
             f"{p.max_batch} to {p.fp8_kv.max_batch}"
-            + (f" ({p.engines} -> {p.fp8_kv.engines} engines)" if p.engines and p.fp8_kv.engines else "")
+            + (
+                f" ({p.engines} -> {p.fp8_kv.engines} engines)"
+                if p.engines and p.fp8_kv.engines and p.fp8_kv.engines < p.engines
+                else ""
+            )
         )
     notes.append(
         f"every time here is a lower bound divided by efficiency {i.efficiency:g}: the roofline leaves out "
