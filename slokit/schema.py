@@ -211,6 +211,11 @@ SLOKIT_EXPORTER_INFO: Final = "slokit_exporter_info"  # labels: spec_hash, sloki
 SLOKIT_EXPORTER_ERRORS: Final = "slokit_exporter_errors_total"  # label: stage
 SLOKIT_RECORD_DURATION: Final = "slokit_record_duration_seconds"
 
+# vLLM's speculative-decoding counters (only with --speculative-config; labels model_name, engine). The runbook's
+# tuning section reads them for the draft acceptance rate.
+VLLM_SPEC_DECODE_DRAFT_TOKENS: Final = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_SPEC_DECODE_ACCEPTED_TOKENS: Final = "vllm:spec_decode_num_accepted_tokens_total"
+
 OTHER_CLASS: Final = "other"  # class label value for requests the spec does not declare
 DEFAULT_CLASS: Final = "default"  # the single class used when the exporter runs without a spec
 CLASS_HEADER: Final = "x-slokit-class"  # HTTP header clients set to name their request class

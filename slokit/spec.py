@@ -266,6 +266,7 @@ class Alerting:
     tier_for: float  # seconds a tier breach must last
     kv_cache_usage_max: float  # KV-cache pressure alert level (0..1)
     labels: Mapping[str, str]  # extra labels on every alert
+    grafana_url: str = ""  # Grafana base URL for dashboard-panel links in the runbook ("": links start at /d/...)
 
     def runbook_link(self, service: str, anchor: str) -> str:
         """The runbook URL for one alert section."""
@@ -778,7 +779,7 @@ class _Checker:
             value,
             path,
             ("burn_rates", "baseline", "scale_out", "severity", "runbook_url", "tier_for", "kv_cache_usage_max",
-             "labels"),
+             "labels", "grafana_url"),
         )  # fmt: skip
         burn_rates = DEFAULT_BURN_RATES
         if "burn_rates" in data:
@@ -811,6 +812,7 @@ class _Checker:
             ticket=self.get(vdata, "ticket", vpath, self._label_value, "warning"),
         )
         runbook_url = self.get(data, "runbook_url", path, self._runbook_url, "runbooks/{service}.md#{alert}")
+        grafana_url = self.get(data, "grafana_url", path, self._grafana_url, "")
         tier_for = self.get(data, "tier_for", path, self._for, 300.0)
         kv_max = self.get(
             data,
@@ -841,6 +843,7 @@ class _Checker:
             scale_out=scale_out,
             severity=severity,
             runbook_url=runbook_url,
+            grafana_url=grafana_url,
             tier_for=tier_for,
             kv_cache_usage_max=kv_max,
             labels=MappingProxyType(labels),
@@ -866,6 +869,15 @@ class _Checker:
             self.error(path, f"must be a string, not {_kind(value)}")
             return None
         return str(value)
+
+    def _grafana_url(self, value: Any, path: Path) -> str | None:
+        text = self.string(value, path)
+        if text is None:
+            return None
+        if not re.match(r"^https?://[^\s/?#]+[^\s?#]*$", text):
+            self.error(path, f"{text!r} is not a Grafana base URL; write it like https://grafana.example.com")
+            return None
+        return text.rstrip("/")
 
     def _runbook_url(self, value: Any, path: Path) -> str | None:
         text = self.string(value, path)
