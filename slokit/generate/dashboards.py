@@ -1174,7 +1174,7 @@ def panel_url(spec: Spec, rule: AlertRule, built: Built | None = None) -> str:
     """Link to the panel for `rule`, with its model and class preset: `alerting.grafana_url` + the panel path."""
     built = build(spec) if built is None else built
     ref = panel_for(built, rule)
-    base = getattr(spec.alerting, "grafana_url", "").rstrip("/")
+    base = spec.alerting.grafana_url.rstrip("/")
     return base + ref.path(panel_variables(spec, rule))
 
 
