@@ -1,9 +1,119 @@
-"""`slokit exporter`."""
+"""`slokit exporter gpu`: the NVML sidecar that serves GPU metrics next to vLLM.
+
+The vLLM side needs no command: slokit's stat-logger plugin loads inside `vllm serve` when slokit is installed
+and `SLOKIT_SPEC` points at the spec.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from slokit import schema
+from slokit.commands.common import EXIT_FAILED, EXIT_USAGE
+from slokit.units import DurationError, parse_duration
+
+exporter_app = typer.Typer(
+    name="exporter",
+    help="Exporters that run beside vLLM. The vLLM side is a stat-logger plugin; this group holds the GPU sidecar.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+
+
+def _parse_gpus(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    items = [item.strip() for item in text.replace(" ", ",").split(",") if item.strip()]
+    bad = [item for item in items if not UUID_RE.match(item)]
+    if bad:
+        typer.echo(
+            f"--gpus: {bad[0]!r} is not a GPU UUID; expected UUIDs as `nvidia-smi -L` prints them "
+            "(GPU-8e2f..., or MIG-... for a MIG instance), separated by commas",
+            err=True,
+        )
+        raise typer.Exit(EXIT_USAGE)
+    return tuple(items)
+
+
+@exporter_app.command("gpu")
+def gpu(
+    address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port for /metrics and /healthz.")] = (
+        schema.GPU_EXPORTER_PORT
+    ),
+    interval: Annotated[
+        str, typer.Option(help="How often to poll NVML (at least 100ms; at most half the scrape interval).")
+    ] = "1s",
+    gpus: Annotated[
+        str | None,
+        typer.Option(help="Watch only these GPUs: UUIDs separated by commas (default: every GPU NVML sees)."),
+    ] = None,
+    gpus_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Watch the GPUs whose UUIDs this file lists (one per line or comma-separated), re-read when it "
+            "changes; the generated pod spec has the vLLM container write it. Nothing is polled until it exists."
+        ),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve NVML metrics of the GPUs beside a vLLM container on /metrics (and /healthz for a liveness probe).
+
+    One thread polls NVML every --interval and keeps a snapshot; scrapes only convert it, so a scrape never waits
+    on the driver. Metrics NVML cannot answer on this GPU are left out and logged once
+    (slokit_gpu_metric_supported says which); a lost GPU reads slokit_gpu_up 0 and is re-opened with backoff;
+    without a driver every scrape answers slokit_gpu_up 0. SIGTERM shuts down cleanly.
+
+    Examples:
+
+      slokit exporter gpu                                  # every visible GPU on :9835
+
+      slokit exporter gpu --gpus GPU-8e2f...,GPU-1c0a...   # only these
+
+      slokit exporter gpu --gpus-file /var/run/slokit/gpus # the UUIDs the vLLM container wrote
+    """
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        typer.echo(f"--log-level: {log_level!r} is not one of debug, info, warning, error", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        seconds = parse_duration(interval)
+    except DurationError as error:
+        typer.echo(f"--interval: {error}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    # Imported here so `slokit --help` and the other commands never load the NVML bindings.
+    from slokit.exporters.gpu_server import GpuServer, serve_until_signalled
+    from slokit.exporters.nvml import MIN_INTERVAL, GpuPoller
+
+    if seconds < MIN_INTERVAL or seconds > 60:
+        typer.echo(f"--interval: {interval} is outside 100ms..60s (GPM needs 100ms between samples)", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    wanted = _parse_gpus(gpus)
+    if wanted and gpus_file is not None:
+        typer.echo("--gpus and --gpus-file choose GPUs two ways; pass one of them", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    poller = GpuPoller(interval=seconds, uuids=wanted, uuids_file=gpus_file)
+    try:
+        server = GpuServer(poller, address, port)
+    except OSError as error:
+        typer.echo(f"cannot listen on {address}:{port}: {error.strerror}; pick another --port or --address", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
+
+    def ready() -> None:
+        logging.getLogger("slokit.gpu").info("serving http://%s:%d/metrics", address, server.port)
+
+    serve_until_signalled(poller, server, on_ready=ready)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the exporter command (not available yet)."""
+    """Add the `exporter` command group."""
+    app.add_typer(exporter_app, name="exporter")
