@@ -29,7 +29,6 @@ import random
 import re
 import signal
 import socket
-import string
 import sys
 import tempfile
 import threading
@@ -85,7 +84,7 @@ class DemoConfig:
     fault_prompt_tokens: int = 400  # long prompts: prefill dominates and nothing is cached
     fault_output_tokens: int = 32
     fault_max_seconds: float = 300.0  # the flood stops by itself after this long
-    fault_max_requests: int = 5000
+    fault_max_requests: int = 2000
     max_model_len: int = 512
     scrape_interval: str = "2s"
     evaluation_interval: str = "2s"  # rule groups are evaluated at most this far apart in the demo
@@ -343,11 +342,18 @@ def runbook_section(markdown: str, anchor: str) -> str | None:
     return "\n".join(lines[start:]).rstrip() + "\n"
 
 
+_STEP_ONE: Final = re.compile(r"\bStep 1\b", re.IGNORECASE)
+_STEP_TWO: Final = re.compile(r"\bStep 2\b", re.IGNORECASE)
+
+
 def first_query(section: str) -> str | None:
-    """The first PromQL code block of a runbook section (fenced ```promql), as one query string."""
+    """The first query of the section's first step (the first ```promql block after "Step 1"); without a
+    "Step 1" marker, the section's first ```promql block. The alert's own expression, shown above the steps, is
+    not a step."""
     lines = section.splitlines()
-    for index, row in enumerate(lines):
-        match = _FENCE.match(row.strip())
+    start = next((i for i, row in enumerate(lines) if _STEP_ONE.search(row) and not row.lstrip().startswith("`")), 0)
+    for index in range(start, len(lines)):
+        match = _FENCE.match(lines[index].strip())
         if match and match.group(1).lower() in ("promql", "prometheus"):
             body: list[str] = []
             for inner in lines[index + 1 :]:
@@ -356,6 +362,17 @@ def first_query(section: str) -> str | None:
                     return query or None
                 body.append(inner)
     return None
+
+
+def section_excerpt(section: str, max_lines: int = 48) -> str:
+    """What fired, what it means, and the first step: the section up to "Step 2" (at most `max_lines` lines)."""
+    lines = section.rstrip().splitlines()
+    end = next((i for i, row in enumerate(lines) if _STEP_TWO.search(row)), len(lines))
+    shown = lines[: min(end, max_lines)]
+    while shown and not shown[-1].strip():
+        shown.pop()
+    rest = len(lines) - len(shown)
+    return "\n".join(shown) + (f"\n... ({rest} more lines: the next steps)" if rest else "") + "\n"
 
 
 def demo_rule_groups(text: str, max_interval: float) -> dict[str, Any]:
@@ -372,18 +389,6 @@ def demo_rule_groups(text: str, max_interval: float) -> dict[str, Any]:
         if interval is None or parse_duration(interval) > max_interval:
             group["interval"] = prom_duration(max_interval)
     return {"groups": data.get("groups", [])}
-
-
-def random_text(rng: random.Random, length: int) -> str:
-    """`length` bytes of random lower-case words: every prompt differs, so vLLM's prefix cache cannot help."""
-    alphabet = string.ascii_lowercase
-    words: list[str] = []
-    size = 0
-    while size < length:
-        word = "".join(rng.choice(alphabet) for _ in range(rng.randint(2, 8)))
-        words.append(word)
-        size += len(word) + 1
-    return " ".join(words)[:length]
 
 
 # ==============================================================================================================
@@ -403,6 +408,9 @@ class LoadLevel:
     rate: float | None = None
     max_requests: int = 1000
     max_seconds: float = 60.0
+    drain_seconds: float = 10.0  # how long requests still running at max_seconds may take to finish
+    tokens_per_word: float = 1.0  # the probe writes prompts in words; this converts token counts to words
+    seed: int = 0
 
 
 @dataclass
@@ -419,81 +427,55 @@ LoadFunction = Callable[[LoadLevel, LoadTally, threading.Event], None]
 
 
 def run_load(level: LoadLevel, tally: LoadTally, stop: threading.Event) -> None:
-    """Run one load level to its bounds (or until `stop` is set), counting into `tally`."""
-    asyncio.run(_load(level, tally, stop))
+    """Run one load level with slokit's probe to its bounds (or until `stop` is set), counting into `tally`."""
+    asyncio.run(_probe_level(level, tally, stop))
 
 
-async def _load(level: LoadLevel, tally: LoadTally, stop: threading.Event) -> None:
-    import aiohttp
+async def _probe_level(level: LoadLevel, tally: LoadTally, stop: threading.Event) -> None:
+    from slokit.probe.load import Endpoint, Limits, Load, Progress, Workload, run_level
 
-    rng = random.Random(hash(level.name) & 0xFFFF)
-    deadline = time.monotonic() + level.max_seconds
-    timeout = aiohttp.ClientTimeout(total=level.max_seconds + 30)
-    limit = level.concurrency or 64
-    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=limit)) as session:
-
-        async def one() -> None:
-            prompt = random_text(rng, max(1, level.prompt_tokens.sample(rng) - 1))
-            body = {
-                "model": level.model,
-                "prompt": prompt,
-                "max_tokens": level.output_tokens.sample(rng),
-                "stream": True,
-                "ignore_eos": True,
-                "temperature": 0.0,
-            }
-            tally.sent += 1
-            try:
-                async with session.post(
-                    f"{level.base_url}/v1/completions",
-                    json=body,
-                    headers={schema.CLASS_HEADER: level.request_class},
-                ) as response:
-                    if response.status != 200:
-                        raise RuntimeError(f"http {response.status}")
-                    async for _ in response.content:
-                        pass
-                tally.ok += 1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # counted, never raised: a failed request is data
-                tally.failed += 1
-                reason = type(exc).__name__ if not isinstance(exc, RuntimeError) else str(exc)
-                tally.reasons[reason] = tally.reasons.get(reason, 0) + 1
-
-        def more() -> bool:
-            return not stop.is_set() and time.monotonic() < deadline and tally.sent < level.max_requests
-
-        tasks: set[asyncio.Task[None]] = set()
-        try:
-            if level.concurrency:
-
-                async def worker() -> None:
-                    while more():
-                        await one()
-
-                tasks = {asyncio.create_task(worker()) for _ in range(level.concurrency)}
-                while tasks and more():
-                    await asyncio.sleep(0.2)
-            else:
-                rate = level.rate or 1.0
-                next_at = time.monotonic()
-                while more():
-                    now = time.monotonic()
-                    if now >= next_at:
-                        task = asyncio.create_task(one())
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
-                        next_at += rng.expovariate(rate)
-                    await asyncio.sleep(max(0.0, min(0.2, next_at - time.monotonic())))
-                # Let the last arrivals finish, within the level's time bound.
-                if tasks:
-                    await asyncio.wait(tasks, timeout=max(0.1, deadline - time.monotonic()))
-        finally:
-            for task in tasks:
+    endpoint = Endpoint(url=f"{level.base_url}/v1/completions", model=level.model)
+    workload = Workload(
+        level.prompt_tokens,
+        level.output_tokens,
+        class_header=level.request_class,
+        tokens_per_word=level.tokens_per_word,
+    )
+    load = Load.concurrency(level.concurrency) if level.concurrency else Load.rate(level.rate or 1.0)
+    limits = Limits(requests=level.max_requests, duration=level.max_seconds, drain=level.drain_seconds)
+    progress = Progress()
+    task = asyncio.ensure_future(run_level(endpoint, workload, load, limits, seed=level.seed, progress=progress))
+    try:
+        while not task.done():
+            if stop.is_set():
                 task.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+                break
+            tally.sent, tally.failed = progress.done, progress.failed
+            tally.ok = progress.done - progress.failed
+            await asyncio.wait({task}, timeout=0.2)
+    finally:
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            run = await task
+            records = run.measured
+            tally.sent = len(records)
+            tally.ok = sum(1 for r in records if r.ok)
+            tally.failed = tally.sent - tally.ok
+            for record in records:
+                if not record.ok:
+                    tally.reasons[record.reason or "unknown"] = tally.reasons.get(record.reason or "unknown", 0) + 1
+
+
+def tokens_per_word(base_url: str, model: str) -> float:
+    """Prompt tokens per probe word on this server (its /tokenize), else the tiny model's byte-level estimate."""
+    from slokit.local.tiny_model import prompt_token_count
+    from slokit.probe.load import calibrate_tokens_per_word, make_prompt
+
+    measured = asyncio.run(calibrate_tokens_per_word(f"{base_url}/v1/completions", model))
+    if measured:
+        return measured
+    return prompt_token_count(make_prompt(200, random.Random(7)), add_bos=False) / 200.0
 
 
 class BackgroundLoad:
@@ -664,6 +646,7 @@ class _Story:
         self.alertmanager: Alertmanager | None = None
         self.webhook: WebhookReceiver | None = None
         self.engine: Engine | None = None
+        self.tokens_per_word = 1.0
 
     # -- selectors (metric names from the schema; label names from the source) -------------------------------
     def _selector(self, with_class: bool) -> str:
@@ -739,6 +722,7 @@ class _Story:
         stack.callback(self.engine.stop)
         self._remember("vllm", self.engine.pid, self.engine.base_url)
         self.out.line(f"vLLM                  {self.engine.base_url}  (ready in {time.monotonic() - started:.0f}s)")
+        self.tokens_per_word = tokens_per_word(self.engine.base_url, self.engine.model)
 
         rules_dir = self.run_dir / "rules"
         rules_dir.mkdir(parents=True, exist_ok=True)
@@ -816,6 +800,9 @@ class _Story:
             rate=self.config.healthy_rate,
             max_requests=int(self.config.healthy_rate * self.config.healthy_seconds) + 1,
             max_seconds=self.config.healthy_seconds,
+            drain_seconds=10.0,
+            tokens_per_word=self.tokens_per_word,
+            seed=1,
         )
         load = BackgroundLoad(level).start()
         firing: set[str] = set()
@@ -894,6 +881,9 @@ class _Story:
             concurrency=concurrency,
             max_requests=self.config.fault_max_requests,
             max_seconds=self.config.fault_max_seconds,
+            drain_seconds=5.0,
+            tokens_per_word=self.tokens_per_word,
+            seed=2,
         )
         load = BackgroundLoad(level).start()
         stack.callback(load.stop)
@@ -1005,7 +995,7 @@ class _Story:
             raise DemoAborted(detail)
         self.result.runbook_section = section
         self.out.line(f"{path}#{anchor}")
-        self.out.block(_excerpt(section))
+        self.out.block(section_excerpt(section))
         query = first_query(section)
         if query is None:
             detail = f"the section #{anchor} has no ```promql query"
@@ -1054,13 +1044,6 @@ def _seconds(duration: str) -> float:
     from slokit.units import parse_duration
 
     return parse_duration(duration)
-
-
-def _excerpt(section: str, max_lines: int = 24) -> str:
-    lines = section.rstrip().splitlines()
-    if len(lines) <= max_lines:
-        return section
-    return "\n".join([*lines[:max_lines], f"... ({len(lines) - max_lines} more lines)"])
 
 
 def run_demo(config: DemoConfig, reporter: Reporter) -> DemoResult:

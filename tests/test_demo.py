@@ -27,8 +27,8 @@ from slokit.demo import (
     expected_alert,
     first_query,
     load_demo_spec,
-    random_text,
     runbook_section,
+    section_excerpt,
 )
 from slokit.distributions import parse_distribution
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
@@ -126,11 +126,15 @@ RUNBOOK = """# demo runbook
 
 What fired.
 
+```promql
+slokit:latency_seconds:quantile5m{quantile="0.5"} > 1
+```
+
 ```text
 # not a heading inside a fence
 ```
 
-1. Queue depth: is the engine receiving more than it can serve?
+**Step 1: Queue depth.** Is the engine receiving more than it can serve?
 
    ```promql
    max by (engine) (
@@ -138,7 +142,7 @@ What fired.
    )
    ```
 
-2. Decode throughput.
+**Step 2: Decode throughput.**
 
    ```promql
    sum(rate(slokit_generation_tokens_total[5m]))
@@ -167,11 +171,20 @@ def test_runbook_section_ends_at_the_next_heading_of_its_level() -> None:
     assert last is not None and "vector(2)" in last
 
 
-def test_first_query_is_the_first_promql_block() -> None:
+def test_first_query_is_the_first_query_of_step_one_not_the_alert_expression() -> None:
     section = runbook_section(RUNBOOK, heading_anchor("SlokitTier critical chat"))
     assert section is not None
     assert first_query(section) == 'max by (engine) (\n     slokit_requests_waiting{model="m"}\n   )'
     assert first_query("## x\n\nno query\n") is None
+    assert first_query("## x\n\n```promql\nvector(1)\n```\n") == "vector(1)"
+
+
+def test_section_excerpt_stops_before_step_two() -> None:
+    section = runbook_section(RUNBOOK, heading_anchor("SlokitTier critical chat"))
+    assert section is not None
+    excerpt = section_excerpt(section)
+    assert "Step 1" in excerpt and "Step 2" not in excerpt
+    assert excerpt.rstrip().endswith("more lines: the next steps)")
 
 
 # -- the rule files Prometheus loads ---------------------------------------------------------------------------------
@@ -189,15 +202,6 @@ def test_demo_rule_groups_cap_intervals_and_keep_rules() -> None:
 
 
 # -- load ------------------------------------------------------------------------------------------------------------
-def test_random_text_has_the_asked_length_and_differs() -> None:
-    import random
-
-    rng = random.Random(1)
-    first, second = random_text(rng, 400), random_text(rng, 400)
-    assert len(first) == len(second) == 400
-    assert first != second and first.isascii()
-
-
 def test_background_load_stops_when_asked() -> None:
     started = threading.Event()
 
