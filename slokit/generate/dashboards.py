@@ -584,10 +584,10 @@ def _overview(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRe
     for rc, slo in _slo_pairs(spec):
         if slo.objective is None:
             continue
-        remaining = _selector(schema.RECORD_ERROR_BUDGET_REMAINING, _slo_filter(rc, slo.sli))
+        error_ratio = _selector(schema.record_error_ratio(prom_duration(spec.window)), _slo_filter(rc, slo.sli))
         compliance_queries.append(
             (
-                f"1 - (1 - {remaining}) * {slo.objective.error_budget:g}",
+                f"1 - {error_ratio}",
                 f"{rc.name} {slo.sli.value} {{{{{schema.RULE_LABEL_MODEL}}}}} "
                 f"(objective {slo.objective.percentile:g}%)",
             )
