@@ -16,6 +16,7 @@ from slokit.plan.roofline import (
     PlanError,
     PlanInputs,
     attention_flops,
+    calibrate,
     decode_step,
     expected_decode_tokens_per_second,
     experts_touched,
@@ -323,3 +324,20 @@ def test_expected_decode_is_none_without_a_gpu_or_when_it_cannot_run() -> None:
     assert expected_decode_tokens_per_second(no_gpu, no_gpu.models[0]) is None
     too_big = load_spec_text(SPEC.format(model="preset: llama-3-70b, gpu: l40s, ", tp=1))
     assert expected_decode_tokens_per_second(too_big, too_big.models[0]) is None
+
+
+# -- calibration -------------------------------------------------------------------------------------------------
+def test_calibration_recovers_the_efficiency_that_produced_a_measurement() -> None:
+    truth = inputs(tensor_parallel=8, efficiency=0.62)
+    measured = decode_step(truth, 64).expected
+    found = calibrate(replace(truth, efficiency=DEFAULT_EFFICIENCY), 64, measured)
+    assert found.efficiency == pytest.approx(0.62)
+    # by hand: roof / (measured - communication)
+    step = decode_step(truth, 64)
+    assert found.efficiency == pytest.approx(step.memory_floor / (measured - step.tp_communication))
+
+
+def test_calibration_rejects_a_measurement_faster_than_the_floor() -> None:
+    setup = inputs(tensor_parallel=8)
+    with pytest.raises(PlanError, match="below the roofline floor"):
+        calibrate(setup, 64, decode_step(setup, 64).floor * 0.9)

@@ -164,3 +164,18 @@ def test_parse_count() -> None:
     assert parse_count("1.2T") == 1.2e12
     with pytest.raises(UsageError):
         parse_count("70 GB")
+
+
+def test_calibration_from_a_measured_itl() -> None:
+    code, out, _ = run(
+        "--spec", "examples/assistant.yaml", "--measured-itl", "14ms", "--measured-batch", "64", "--json"
+    )
+    assert code == 0
+    (only,) = plans(out)
+    assert only["calibration"]["measured_itl_seconds"] == pytest.approx(0.014)
+    assert 0.3 < only["calibration"]["efficiency_ratio"] < 1
+    assert only["inputs"]["efficiency_ratio"] == only["calibration"]["efficiency_ratio"]
+    code, _, err = run("--spec", "examples/assistant.yaml", "--measured-itl", "14ms")
+    assert code == 2 and "--measured-batch" in err
+    code, _, err = run("--spec", "examples/assistant-vllm.yaml", "--measured-itl", "14ms", "--measured-batch", "8")
+    assert code == 2 and "several models" in err

@@ -24,10 +24,12 @@ from slokit.plan.roofline import (
     GIB,
     KV_DTYPES,
     WEIGHT_DTYPES,
+    Calibration,
     ModelShape,
     Plan,
     PlanError,
     PlanInputs,
+    calibrate,
     inputs_for_model,
     plan,
 )
@@ -114,13 +116,21 @@ def _custom_shape(
     )
 
 
-def _emit(plans: list[Plan], as_json: bool, spec_path: str | None) -> None:
+def _emit(plans: list[Plan], as_json: bool, spec_path: str | None, calibration: Calibration | None) -> None:
     if as_json:
         document: dict[str, Any] = {"plans": [p.as_dict() for p in plans]}
+        if calibration is not None:
+            document["plans"][0]["calibration"] = calibration.as_dict()
         if spec_path is not None:
             document = {"spec": spec_path, **document}
         typer.echo(json.dumps(document, indent=2))
     else:
+        if calibration is not None:
+            typer.echo(
+                f"calibrated: efficiency {calibration.efficiency:.3f} from a measured ITL of "
+                f"{calibration.measured_itl_seconds * 1e3:g} ms at {calibration.batch} running sequences "
+                f"(floor {(calibration.roof_seconds + calibration.communication_seconds) * 1e3:.2f} ms)"
+            )
         typer.echo("\n\n".join(render_text(p) for p in plans))
     failed = [p for p in plans if not p.fits or p.itl_slo_met is False or p.ttft_slo_met is False]
     if failed:
@@ -205,6 +215,15 @@ def plan_command(
         ),
     ] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="The engine's --max-num-seqs cap on the batch.")] = None,
+    measured_itl: Annotated[
+        str | None,
+        typer.Option(
+            help="Calibrate --efficiency: an ITL measured on this deployment (p50 or mean from slokit probe, 21ms)."
+        ),
+    ] = None,
+    measured_batch: Annotated[
+        int | None, typer.Option(help="Calibrate: sequences running while --measured-itl was measured.")
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print every input, term and result as JSON (units in key names).")
     ] = False,
@@ -224,6 +243,8 @@ def plan_command(
       slokit plan --params 34B --layers 48 --kv-heads 8 --head-dim 128 --hidden 8192 --gpu h200 --context 8192
 
       slokit plan --spec examples/assistant.yaml --concurrency 300 --json
+
+      slokit plan --spec examples/assistant.yaml --measured-itl 21ms --measured-batch 64   # calibrate
     """
     try:
         overrides: dict[str, Any] = {
@@ -251,14 +272,34 @@ def plan_command(
             model = choose(model, MODELS, "model preset", "--model")
         gpu_name = choose(gpu, GPUS, "GPU", "--gpu") if gpu is not None else None
         if spec is not None:
-            plans, spec_path = _from_spec(spec, model, gpu_name, overrides, params), str(spec)
+            chosen, spec_path = _from_spec(spec, model, gpu_name, overrides, params), str(spec)
         else:
             shape_flags = (params, active_params, layers, kv_heads, head_dim, hidden, heads)
-            plans, spec_path = [_manual(model, gpu_name, overrides, *shape_flags)], None
+            chosen, spec_path = [_manual(model, gpu_name, overrides, *shape_flags)], None
+        calibration = _calibration(chosen, measured_itl, measured_batch, efficiency)
+        if calibration is not None:
+            chosen = [replace(chosen[0], efficiency=calibration.efficiency)]
+        plans = [plan(inputs) for inputs in chosen]
     except (UsageError, PlanError) as exc:
         typer.echo(f"slokit plan: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
-    _emit(plans, as_json, spec_path)
+    _emit(plans, as_json, spec_path, calibration)
+
+
+def _calibration(
+    chosen: list[PlanInputs], measured_itl: str | None, measured_batch: int | None, efficiency: float | None
+) -> Calibration | None:
+    if measured_itl is None and measured_batch is None:
+        return None
+    if measured_itl is None or measured_batch is None:
+        raise UsageError("calibration needs both --measured-itl and --measured-batch")
+    if efficiency is not None:
+        raise UsageError("give either --efficiency or a measurement to calibrate it from, not both")
+    if len(chosen) != 1:
+        raise UsageError("the spec has several models: name the one the measurement is from with --model")
+    seconds = _duration(measured_itl, "--measured-itl")
+    assert seconds is not None
+    return calibrate(chosen[0], measured_batch, seconds)
 
 
 def _manual(
@@ -272,7 +313,7 @@ def _manual(
     head_dim: int | None,
     hidden: int | None,
     heads: int | None,
-) -> Plan:
+) -> PlanInputs:
     if model is not None:
         if params is not None:
             raise UsageError("give either --model (a preset) or --params with the shape flags, not both")
@@ -291,12 +332,12 @@ def _manual(
         raise UsageError("--context TOKENS is required: the average tokens each running sequence holds (e.g. 2048)")
     prompt = overrides.pop("prompt_tokens") or context
     inputs = PlanInputs(model=shape, gpu=GPUS[gpu_name], context_tokens=context, prompt_tokens=prompt)
-    return plan(replace(inputs, **{k: v for k, v in overrides.items() if v is not None}))
+    return replace(inputs, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def _from_spec(
     path: Path, model: str | None, gpu_name: str | None, overrides: dict[str, Any], params: str | None
-) -> list[Plan]:
+) -> list[PlanInputs]:
     if params is not None:
         raise UsageError("--params describes a custom model; with --spec the models come from the spec")
     loaded = load_one_spec_or_exit(path)
@@ -306,22 +347,22 @@ def _from_spec(
         models = [m for m in models if m.name == name]
     if gpu_name is not None:
         models = [replace(m, gpu=gpu_name) for m in models]
-    plans: list[Plan] = []
+    found: list[PlanInputs] = []
     skipped: list[str] = []
     for served in models:
         inputs = inputs_for_model(loaded, served, **overrides)
         if inputs is None:
             skipped.append(served.name)
             continue
-        plans.append(plan(inputs))
+        found.append(inputs)
     for name in skipped:
         typer.echo(
             f"{path}: model {name!r} names no planner preset or no gpu (models[].preset, models[].gpu); skipped",
             err=True,
         )
-    if not plans:
+    if not found:
         raise UsageError(f"{path}: no model names both a preset and a gpu, so there is nothing to plan")
-    return plans
+    return found
 
 
 def register(app: typer.Typer) -> None:

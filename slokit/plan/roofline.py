@@ -635,7 +635,7 @@ def _notes(p: Plan) -> list[str]:
             )
         )
     notes.append(
-        f"every time here is a lower bound divided by efficiency {i.efficiency:g}: the roofline leaves out "
+        f"every time here is a lower bound divided by efficiency {i.efficiency:.3g}: the roofline leaves out "
         "scheduling, sampling, chunked-prefill interleaving and queueing; calibrate --efficiency from slokit probe "
         "(docs/plan.md)"
     )
@@ -729,3 +729,48 @@ def expected_decode_tokens_per_second(spec: Spec, model: Model) -> float | None:
     except PlanError:
         return None
     return None if result is None else result.decode_tokens_per_second_per_engine
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The efficiency a measured ITL implies: roofline floor / (measured - communication)."""
+
+    measured_itl_seconds: float
+    batch: int  # running sequences while it was measured
+    roof_seconds: float  # max(memory, compute) floor at that batch
+    communication_seconds: float
+    efficiency: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` form."""
+        return {
+            "measured_itl_seconds": self.measured_itl_seconds,
+            "measured_batch_sequences": self.batch,
+            "roof_seconds": self.roof_seconds,
+            "communication_seconds": self.communication_seconds,
+            "efficiency_ratio": self.efficiency,
+        }
+
+
+def calibrate(inputs: PlanInputs, batch: int, measured_itl_seconds: float) -> Calibration:
+    """The efficiency factor that makes the model's expected ITL at `batch` equal a measured ITL.
+
+    Use a measurement of the same model, GPU, TP, dtypes and context, taken with `batch` sequences decoding (a
+    closed-loop `slokit probe` at that concurrency, below max_num_seqs). Raises `PlanError` when the measurement
+    is faster than the floor, which means the inputs do not describe what was measured.
+    """
+    check_inputs(inputs)
+    if batch < 1:
+        raise PlanError(f"the measured batch must be at least 1 running sequence, not {batch}")
+    if not measured_itl_seconds > 0:
+        raise PlanError(f"the measured ITL must be positive, not {measured_itl_seconds}")
+    step = decode_step(inputs, batch)
+    roof = max(step.memory_floor, step.compute_floor)
+    comm = step.tp_communication + step.pp_communication
+    if measured_itl_seconds <= step.floor:
+        raise PlanError(
+            f"a measured ITL of {measured_itl_seconds * 1e3:.2f} ms at batch {batch} is below the roofline floor of "
+            f"{step.floor * 1e3:.2f} ms, so the inputs do not describe what was measured: check the GPU, TP, weight "
+            "and KV dtypes and --context against the deployment"
+        )
+    return Calibration(measured_itl_seconds, batch, roof, comm, roof / (measured_itl_seconds - comm))
