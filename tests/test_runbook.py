@@ -1,0 +1,196 @@
+"""Runbook generator: a section per alert whose anchor resolves, the ordered workflow, safe rendering of spec text."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slokit.generate import alerts, runbook
+from slokit.generate.model import AlertKind, AlertRule, heading_anchor
+from slokit.local.prometheus import check_rule_files
+from slokit.schema import Sli
+from slokit.spec import Spec, load_spec, load_spec_text
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = [*sorted((ROOT / "examples").glob("*.yaml")), ROOT / "tests" / "data" / "engine-spec.yaml"]
+STEP_TITLES = ("Queue depth", "Decode throughput", "KV cache", "Interconnect and GPU")
+
+
+@pytest.fixture(params=SPECS, ids=lambda p: p.stem, scope="module")
+def spec(request: pytest.FixtureRequest) -> Spec:
+    return load_spec(request.param)
+
+
+def unescape(text: str) -> str:
+    """What a Markdown renderer shows for escaped text: backslash escapes and entities resolved."""
+    return html.unescape(re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", text))
+
+
+def heading_anchors(markdown: str) -> list[str]:
+    """GitHub's anchors for every ATX heading outside code fences (duplicates get -1, -2, ...)."""
+    anchors: list[str] = []
+    seen: dict[str, int] = {}
+    fence: str | None = None
+    for line in markdown.splitlines():
+        opening = re.match(r"^(`{3,})", line)
+        if opening:
+            if fence is None:
+                fence = opening.group(1)
+            elif line.strip() == fence:
+                fence = None
+            continue
+        if fence is not None:
+            continue
+        match = re.match(r"^#{1,6} (.+?)\s*$", line)
+        if match:
+            base = heading_anchor(unescape(match.group(1)))
+            count = seen.get(base, 0)
+            seen[base] = count + 1
+            anchors.append(base if count == 0 else f"{base}-{count}")
+    return anchors
+
+
+def promql_blocks(markdown: str) -> list[str]:
+    return [m.group(2).strip() for m in re.finditer(r"^(`{3,})promql\n(.*?)\n\1$", markdown, re.S | re.M)]
+
+
+def sections(markdown: str) -> dict[str, str]:
+    """Heading text -> section body, for level-2 headings."""
+    parts = re.split(r"^## (.+)$", markdown, flags=re.M)
+    return {unescape(parts[i]).strip(): parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def test_every_alert_has_a_section_its_runbook_url_resolves_to(spec: Spec) -> None:
+    rules = alerts.alert_rules(spec)
+    assert rules
+    files = runbook.files(spec)
+    assert list(files) == [f"runbooks/{spec.service}.md"]
+    text = files[f"runbooks/{spec.service}.md"]
+    anchors = heading_anchors(text)
+    assert len(anchors) == len(set(anchors)), "duplicate heading anchors"
+    by_title = sections(text)
+    for rule in rules:
+        url = rule.annotations["runbook_url"]
+        assert url.endswith("#" + rule.anchor)
+        assert rule.anchor in anchors, f"{rule.name}: {url} has no heading"
+        assert rule.title in by_title
+
+
+def test_sections_walk_the_four_steps_in_order_with_this_alerts_model_and_class(spec: Spec) -> None:
+    rules = alerts.alert_rules(spec)
+    by_title = sections(runbook.render(spec, rules))
+    m = spec.metrics
+    for rule in rules:
+        body = by_title[rule.title]
+        positions = [body.index(f"**Step {i}: {title}.**") for i, title in enumerate(STEP_TITLES, start=1)]
+        assert positions == sorted(positions), rule.title
+        assert body.index("What fired and what it means for users") < positions[0]
+        step_bodies = re.split(r"\*\*Step \d: ", body)[1:]
+        for step in step_bodies:
+            assert promql_blocks(step), f"{rule.title}: a step without PromQL"
+            assert "Healthy:" in step and "Fix:" in step
+        if rule.model is not None:
+            queue = promql_blocks(step_bodies[0])
+            assert f'{m.model_label}="{rule.model}"' in queue[0]
+            assert f"running stays below each engine's --max-num-seqs ({rule.model}: " in step_bodies[0].lower()
+        if rule.request_class is not None and m.class_label is not None:
+            assert f'{m.class_label}="{rule.request_class}"' in "\n".join(promql_blocks(step_bodies[1]))
+
+
+def test_healthy_numbers_come_from_the_spec_and_the_planner() -> None:
+    spec = load_spec(ROOT / "examples" / "assistant.yaml")
+    text = runbook.render(spec, alerts.alert_rules(spec))
+    assert "KV-cache usage under 95% (`alerting.kv_cache_usage_max`)" in text
+    assert "--max-num-seqs (llama-3-70b: 256)" in text
+    assert "about 16,591 tokens/s per engine at a full batch of 256 sequences" in text
+    assert "Queue time p99 is a small part of the TTFT objective (500ms)" in text  # chat's TTFT objective
+    assert "## Tuning" in text
+    for lever in ("Largest max batch size", "Prefix caching", "KV block size", "FP8 weights or KV cache",
+                  "Speculative decoding"):  # fmt: skip
+        assert f"### {lever}" in text
+
+
+def test_tuning_levers_each_name_the_metric_that_shows_they_worked(spec: Spec) -> None:
+    text = runbook.render(spec, [])
+    tuning = text.split("## Tuning", 1)[1]
+    for lever in re.split(r"^### ", tuning, flags=re.M)[1:]:
+        assert "It worked when" in lever
+        assert promql_blocks(lever)
+
+
+def _rule(**overrides: Any) -> AlertRule:
+    base: dict[str, Any] = {
+        "name": "SlokitTest",
+        "expr": 'slokit:burn_rate:ratio1h{service="summarize"} > 13.44',
+        "for_": "2m",
+        "labels": {"severity": "critical", "service": "summarize"},
+        "annotations": {"summary": "Summary.", "description": "Description.", "runbook_url": "x#slokittest-x"},
+        "kind": AlertKind.BURN_RATE,
+        "anchor": "slokittest-x",
+        "title": "SlokitTest: x",
+        "model": "qwen2-72b",
+        "request_class": "batch",
+        "sli": Sli.E2E,
+    }
+    base.update(overrides)
+    return AlertRule(**base)
+
+
+INJECTIONS = (
+    "<script>alert(1)</script>",
+    "[click me](javascript:alert(1))",
+    "![pixel](https://evil.example.com/p.png)",
+    "</details><img src=x onerror=alert(1)>",
+    "| fake | table |",
+    "**bold** _under_ `code`",
+)
+
+
+def test_text_from_the_spec_and_alerts_cannot_inject_markdown_or_html() -> None:
+    text = (ROOT / "examples" / "summarize.yaml").read_text()
+    description = " ".join(INJECTIONS)
+    spec = load_spec_text(re.sub(r"^description: .*$", "description: " + json.dumps(description), text, flags=re.M))
+    multiline = load_spec_text(
+        re.sub(r"^description: .*$", 'description: "ok\\n# Fake heading\\n- item"', text, flags=re.M)
+    )
+    rule = _rule(annotations={"summary": description, "description": "x\n## Injected section", "runbook_url": "x#a"})
+    for rendered in (runbook.render(spec, [rule]), runbook.render(multiline, [rule])):
+        assert "<script" not in rendered and "<img" not in rendered and "</details>" not in rendered
+        assert "](javascript:" not in rendered.replace("\\](javascript:", "")
+        assert "![pixel]" not in rendered
+        assert not re.search(r"^#+ (Fake heading|Injected section)", rendered, re.M)
+        assert not re.search(r"^- item", rendered, re.M)
+        assert "**bold**" not in rendered
+    assert spec.description == description and "# Fake heading" in multiline.description
+    assert unescape(str(runbook.md_escape(description))) == description  # escaped, not dropped
+
+
+def test_code_fences_outgrow_backticks_inside() -> None:
+    assert str(runbook.code_block("a ``` b")) == "````promql\na ``` b\n````"
+    assert str(runbook.code_span("x`y")) == "``x`y``"
+    assert str(runbook.link("a](b", "https://x/(y) z")) == "[a\\](b](https://x/%28y%29%20z)"
+
+
+def test_a_heading_that_does_not_give_the_rule_anchor_is_refused() -> None:
+    spec = load_spec(ROOT / "examples" / "summarize.yaml")
+    with pytest.raises(ValueError, match="not its runbook anchor"):
+        runbook.render(spec, [_rule(title="Something else")])
+    with pytest.raises(ValueError, match="share runbook anchor"):
+        runbook.render(spec, [_rule(), _rule(name="SlokitOther")])
+
+
+@pytest.mark.prometheus
+def test_every_runbook_query_parses(spec: Spec, tmp_path: Path, promtool_path: str) -> None:
+    blocks = promql_blocks(runbook.render(spec, alerts.alert_rules(spec)))
+    assert blocks
+    rules = [{"record": f"check:runbook:{i}", "expr": expr} for i, expr in enumerate(dict.fromkeys(blocks))]
+    path = tmp_path / "runbook-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "runbook", "rules": rules}]}))
+    result = check_rule_files([path])
+    assert result.ok, result.output[-3000:]
