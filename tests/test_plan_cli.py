@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,3 +180,19 @@ def test_calibration_from_a_measured_itl() -> None:
     assert code == 2 and "--measured-batch" in err
     code, _, err = run("--spec", "examples/assistant-vllm.yaml", "--measured-itl", "14ms", "--measured-batch", "8")
     assert code == 2 and "several models" in err
+
+
+def test_a_spec_whose_tp_does_not_suit_its_model_names_both(tmp_path: Path) -> None:
+    spec = tmp_path / "tp3.yaml"
+    spec.write_text(
+        "version: slokit/v1\nservice: svc\nsource: slokit\nwindow: 28d\n"
+        "models:\n  - {name: llama-3-70b, gpu: h100-sxm, tensor_parallel: 3}\n"
+        "classes:\n  - name: chat\n    slos:\n      itl: {objective: {percentile: 95, threshold: 50ms}}\n",
+        encoding="utf-8",
+    )
+    code, _, err = run("--spec", str(spec))
+    assert code == 2
+    assert f"{spec}: model llama-3-70b: tensor parallel 3 does not divide" in err
+    assert "assuming 2048-token contexts" in err
+    code, out, _ = run("--spec", str(spec), "--tp", "4")
+    assert code == 0 and "4 x h100-sxm" in out

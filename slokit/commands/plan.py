@@ -32,6 +32,7 @@ from slokit.plan.roofline import (
     calibrate,
     inputs_for_model,
     plan,
+    workload_tokens,
 )
 from slokit.units import DurationError, parse_duration
 
@@ -279,11 +280,21 @@ def plan_command(
         calibration = _calibration(chosen, measured_itl, measured_batch, efficiency)
         if calibration is not None:
             chosen = [replace(chosen[0], efficiency=calibration.efficiency)]
-        plans = [plan(inputs) for inputs in chosen]
+        plans = [_plan_named(inputs, spec_path) for inputs in chosen]
     except (UsageError, PlanError) as exc:
         typer.echo(f"slokit plan: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     _emit(plans, as_json, spec_path, calibration)
+
+
+def _plan_named(inputs: PlanInputs, spec_path: str | None) -> Plan:
+    """The plan, with the spec and model named in any error (a spec's TP may not suit its model)."""
+    try:
+        return plan(inputs)
+    except PlanError as exc:
+        if spec_path is None:
+            raise
+        raise PlanError(f"{spec_path}: model {inputs.model.name}: {exc}") from None
 
 
 def _calibration(
@@ -349,11 +360,18 @@ def _from_spec(
         models = [replace(m, gpu=gpu_name) for m in models]
     found: list[PlanInputs] = []
     skipped: list[str] = []
+    context = overrides.get("context_tokens")
     for served in models:
         inputs = inputs_for_model(loaded, served, **overrides)
         if inputs is None:
             skipped.append(served.name)
             continue
+        if context is None and workload_tokens(loaded, served) is None:
+            typer.echo(
+                f"{path}: no class on {served.name!r} gives a workload; assuming {inputs.context_tokens}-token "
+                "contexts (pass --context, or add classes[].workload)",
+                err=True,
+            )
         found.append(inputs)
     for name in skipped:
         typer.echo(
