@@ -34,12 +34,12 @@ def _boards(spec: Spec) -> dict[str, dict[str, Any]]:
     return {path: data for path, data in dashboards.files(spec).items() if path.endswith(".json")}
 
 
-def substitute(expr: str, spec: Spec) -> str:
+def substitute(expr: str, spec: Spec, rate_interval: str = "1m") -> str:
     """Dashboard variables as Grafana fills them with every value selected."""
     models = "(" + "|".join(re.escape(v) for v in dashboards.model_values(spec)) + ")"
     classes = "(" + "|".join(re.escape(v) for v in dashboards.class_values(spec)) + ")"
     return (
-        expr.replace("$__rate_interval", "1m")
+        expr.replace("$__rate_interval", rate_interval)
         .replace("$service", spec.service)  # single value: Grafana substitutes it as is
         .replace("$model", models.replace("\\", "\\\\"))
         .replace("$class", classes.replace("\\", "\\\\"))
