@@ -1,0 +1,187 @@
+"""The GPU sidecar over real HTTP: in-process with the fake NVML, and `slokit exporter gpu` as a real process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
+
+from slokit import schema as S
+from slokit.cli import app
+from slokit.exporters.gpu_server import GpuServer, serve_until_signalled
+from slokit.exporters.nvml import GpuPoller
+from slokit.local.procs import LOOPBACK, ManagedProcess, free_port
+from tests.test_nvml_fake import FakeGpu, FakeNvml
+
+A = "GPU-8e2f3c1a-0000-4000-8000-000000000001"
+
+
+def get(url: str, accept: str | None = None) -> tuple[int, str, str]:
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status), response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.headers["Content-Type"], error.read().decode()
+
+
+def gpu_up(text: str) -> dict[str, float]:
+    """UUID -> slokit_gpu_up ("" for the unlabelled series)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == S.GPU_UP:
+            for sample in family.samples:
+                out[sample.labels.get("UUID", "")] = sample.value
+    return out
+
+
+@pytest.fixture
+def fake_server() -> Iterator[tuple[GpuServer, GpuPoller, FakeGpu]]:
+    gpu = FakeGpu(A)
+    poller = GpuPoller(FakeNvml([gpu]), interval=1.0)
+    server = GpuServer(poller, LOOPBACK, 0)
+    server.start()
+    try:
+        yield server, poller, gpu
+    finally:
+        server.close()
+        poller.stop()
+
+
+def test_metrics_healthz_and_landing_page(fake_server: tuple[GpuServer, GpuPoller, FakeGpu]) -> None:
+    server, poller, _ = fake_server
+    poller.poll_once()
+    base = f"http://{LOOPBACK}:{server.port}"
+    status, ctype, body = get(f"{base}/metrics")
+    assert status == 200 and ctype.startswith("text/plain")
+    assert gpu_up(body) == {A: 1.0}
+    status, ctype, body = get(f"{base}/metrics", accept="application/openmetrics-text; version=1.0.0")
+    assert status == 200 and ctype.startswith("application/openmetrics-text")
+    assert body.rstrip().endswith("# EOF")
+    assert get(f"{base}/healthz")[:1] == (200,)
+    status, _, body = get(f"{base}/")
+    assert status == 200 and 'href="/metrics"' in body
+    assert get(f"{base}/nope")[0] == 404
+
+
+def test_metrics_keep_answering_while_the_gpu_is_lost_and_back(
+    fake_server: tuple[GpuServer, GpuPoller, FakeGpu],
+) -> None:
+    server, poller, gpu = fake_server
+    url = f"http://{LOOPBACK}:{server.port}/metrics"
+    poller.poll_once()
+    assert gpu_up(get(url)[2]) == {A: 1.0}
+    gpu.lost = True
+    poller.poll_once()
+    status, _, body = get(url)
+    assert status == 200 and gpu_up(body) == {A: 0.0}
+    assert f"\n{S.GPU_MEMORY_USED}{{" not in body  # no stale values
+    gpu.lost = False
+    poller._gpus[A].next_attempt = 0.0  # skip the backoff wait
+    poller.poll_once()
+    assert gpu_up(get(url)[2]) == {A: 1.0}
+
+
+def test_healthz_fails_when_the_poll_is_stuck() -> None:
+    now = [100.0]
+    poller = GpuPoller(FakeNvml([FakeGpu(A)]), interval=1.0, monotonic=lambda: now[0])
+    server = GpuServer(poller, LOOPBACK, 0)
+    server.start()
+    try:
+        poller.poll_once()
+        assert get(f"http://{LOOPBACK}:{server.port}/healthz")[0] == 200
+        now[0] += 120  # the poll thread has been inside a driver call for two minutes
+        status, _, body = get(f"http://{LOOPBACK}:{server.port}/healthz")
+        assert status == 503 and "stuck" in body
+        assert get(f"http://{LOOPBACK}:{server.port}/metrics")[0] == 200
+    finally:
+        server.close()
+
+
+def test_serve_until_signalled_stops_threads_and_nvml() -> None:
+    nvml = FakeNvml([FakeGpu(A)])
+    poller = GpuPoller(nvml, interval=0.1)
+    server = GpuServer(poller, LOOPBACK, 0)
+    stop = threading.Event()
+    ready = threading.Event()
+    runner = threading.Thread(target=serve_until_signalled, args=(poller, server, ready.set, stop))
+    runner.start()
+    assert ready.wait(30)
+    stop.set()
+    runner.join(30)
+    assert not runner.is_alive()
+    assert nvml.initialised == 0
+    with pytest.raises(OSError):
+        get(f"http://{LOOPBACK}:{server.port}/metrics")
+
+
+def _slokit() -> list[str]:
+    script = Path(sys.executable).with_name("slokit")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "slokit.cli"]
+
+
+def test_the_real_process_without_a_gpu_serves_gpu_up_0_and_stops_on_sigterm(tmp_path: Path) -> None:
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA driver; scripts/gpu_check.sh covers it")
+    port = free_port()
+    proc = ManagedProcess(
+        "slokit exporter gpu",
+        [*_slokit(), "exporter", "gpu", "--address", LOOPBACK, "--port", str(port), "--interval", "200ms"],
+        tmp_path / "gpu.log",
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    ).start()
+    try:
+        proc.wait_http(f"http://{LOOPBACK}:{port}/healthz", timeout=60)
+        status, _, body = get(f"http://{LOOPBACK}:{port}/metrics")
+        assert status == 200
+        assert gpu_up(body) == {"": 0.0}
+        assert "slokit_gpu_up 0.0" in body
+        assert 'slokit_gpu_nvml_errors_total{error="LibraryNotFound",op="nvmlInit"}' in body
+        assert proc.process is not None
+        proc.process.send_signal(signal.SIGTERM)
+        assert proc.process.wait(timeout=30) == 0
+        assert "received SIGTERM, shutting down" in proc.log_tail()
+    finally:
+        proc.stop()
+
+
+def test_cli_rejects_bad_flags_with_exit_2() -> None:
+    runner = CliRunner()
+    for args, message in (
+        (["--interval", "10ms"], "100ms..60s"),
+        (["--interval", "soon"], "--interval"),
+        (["--gpus", "0,1"], "not a GPU UUID"),
+        (["--log-level", "loud"], "--log-level"),
+        (["--gpus", A, "--gpus-file", "/tmp/x"], "one of them"),
+    ):
+        result = runner.invoke(app, ["exporter", "gpu", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+
+
+def test_cli_reports_a_port_in_use_with_exit_1() -> None:
+    poller = GpuPoller(FakeNvml(), interval=1.0)
+    busy = GpuServer(poller, LOOPBACK, 0)
+    try:
+        result = CliRunner().invoke(app, ["exporter", "gpu", "--address", LOOPBACK, "--port", str(busy.port)])
+        assert result.exit_code == 1
+        assert "cannot listen" in result.output
+    finally:
+        busy.close()
+
+
+def test_help_teaches_the_options() -> None:
+    result = CliRunner().invoke(app, ["exporter", "gpu", "--help"])
+    assert result.exit_code == 0
+    for word in ("--gpus", "--gpus-file", "--interval", "slokit_gpu_up 0", "SIGTERM"):
+        assert word in result.output
