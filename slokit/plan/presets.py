@@ -256,10 +256,11 @@ MODELS: Final[Mapping[str, ModelPreset]] = _models(
     ModelPreset(
         name="qwen2-72b",
         description="Qwen2 72B",
-        # huggingface.co/Qwen/Qwen2-72B config.json: hidden_size 8192, intermediate_size 29568, num_hidden_layers 80,
-        # num_attention_heads 64, num_key_value_heads 8, vocab_size 152064, max_position_embeddings 131072,
-        # tie_word_embeddings false, biases on q/k/v; the model card says 72.7B parameters
-        source="Qwen/Qwen2-72B",
+        # huggingface.co/Qwen/Qwen2-72B-Instruct config.json: hidden_size 8192, intermediate_size 29568,
+        # num_hidden_layers 80, num_attention_heads 64, num_key_value_heads 8, vocab_size 152064,
+        # max_position_embeddings 32768 (131,072 with YaRN rope scaling, per the model card), tie_word_embeddings
+        # false, biases on q/k/v; the model card says 72.7B parameters
+        source="Qwen/Qwen2-72B-Instruct",
         params=72_706_203_648,
         active_params=72_706_203_648,
         layers=80,
@@ -270,7 +271,7 @@ MODELS: Final[Mapping[str, ModelPreset]] = _models(
         intermediate_size=29568,
         vocab_size=152064,
         tied_embeddings=False,
-        max_context_tokens=131072,
+        max_context_tokens=32768,
         qkv_bias=True,
     ),
     ModelPreset(
