@@ -259,6 +259,10 @@ def test_pipeline_parallel_splits_weights_and_runs_stages_in_turn() -> None:
     assert plan(tp4pp2).weight_bytes_per_gpu == plan(tp8).weight_bytes_per_gpu
     # a token passes both stages in turn: each stage reads its quarter-width half of the weights
     assert decode_step(tp4pp2, 2).memory_floor == pytest.approx(2 * decode_step(tp8, 2).memory_floor, rel=0.01)
+    # while the stages work side by side on different micro-batches, so compute spreads over all 8 GPUs
+    assert decode_step(tp4pp2, 64).compute_floor == pytest.approx(decode_step(tp8, 64).compute_floor)
+    # one prompt passes the stages in turn: prefill compute is that of TP 4 alone
+    assert prefill(tp4pp2, 1000).compute_floor == pytest.approx(prefill(inputs(tensor_parallel=4), 1000).compute_floor)
 
 
 def test_impossible_inputs_are_plan_errors() -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from slokit.plan.presets import GPUS, MODELS, GpuPreset, ModelPreset
 
 if TYPE_CHECKING:
-    from slokit.spec import Model, Spec
+    from slokit.spec import Model, RequestClass, Spec
 
 GIB: Final = 1 << 30
 DTYPE_BYTES: Final[Mapping[str, float]] = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -259,7 +259,8 @@ def decode_step(inputs: PlanInputs, batch: int) -> DecodeStep:
     kv = micro * inputs.context_tokens * kv_bytes_per_token_per_gpu(shape, inputs.kv_dtype, tp, pp)
     memory = pp * transfer_seconds(weights + kv, gpu.hbm_bandwidth_bytes_per_second)
     flops = 2 * shape.active_params * batch + attention_flops(shape, batch, inputs.context_tokens)
-    compute = flops / (compute_flops_rate(gpu, inputs.weight_dtype) * tp)
+    # each stage runs its layers for all pp micro-batches per round, the stages side by side: all tp x pp GPUs busy
+    compute = flops / (compute_flops_rate(gpu, inputs.weight_dtype) * tp * pp)
     link = gpu.link_bytes_per_second(tp)
     message = micro * shape.hidden_size * ACTIVATION_BYTES
     tp_comm = (
@@ -645,7 +646,7 @@ def _notes(p: Plan) -> list[str]:
 # ==============================================================================================================
 # From a spec
 # ==============================================================================================================
-def _classes_on(spec: Spec, model: Model) -> list[Any]:
+def _classes_on(spec: Spec, model: Model) -> list[RequestClass]:
     return [c for c in spec.classes if model.name in c.models]
 
 
