@@ -151,7 +151,10 @@ def plan_command(
     ] = None,
     params: Annotated[str | None, typer.Option(help="Custom model: parameter count (70B, 8.03e9).")] = None,
     active_params: Annotated[
-        str | None, typer.Option(help="Custom mixture of experts: parameters one token uses (12.9B).")
+        str | None,
+        typer.Option(
+            help="Custom mixture of experts: parameters one token uses (12.9B); steps still read all weights."
+        ),
     ] = None,
     layers: Annotated[int | None, typer.Option(help="Custom model: num_hidden_layers.")] = None,
     kv_heads: Annotated[int | None, typer.Option(help="Custom model: num_key_value_heads.")] = None,
