@@ -304,6 +304,7 @@ class Spec:
     alerting: Alerting
     path: str = ""
     digest: str = field(default="", compare=False)
+    text: str = field(default="", compare=False, repr=False)  # the spec as written (for the generated ConfigMap)
 
     @property
     def metrics(self) -> schema.SourceMetrics:
@@ -1046,7 +1047,7 @@ def load_spec_text(text: str, file: str = "<spec>") -> Spec:
 
 
 def _with_digest(spec: Spec, text: str) -> Spec:
-    return replace(spec, digest=_digest(text))
+    return replace(spec, digest=_digest(text), text=text)
 
 
 def load_spec(path: str | FsPath) -> Spec:
