@@ -502,8 +502,14 @@ _PANEL_NOISE: Final = ("height", "span", "minSpan", "error", "cacheTimeout", "re
                        "timeFrom", "timeShift", "hideTimeOverride", "interval", "editable")  # fmt: skip
 
 
+_OLD_HEATMAP_KEYS: Final = ("cards", "color", "dataFormat", "heatmap", "hideZeroBuckets", "highlightCards", "legend",
+                             "reverseYBuckets", "tooltip", "xAxis", "xBucketNumber", "xBucketSize", "yAxis",
+                             "yBucketBound", "yBucketNumber", "yBucketSize")  # fmt: skip
+
+
 def _clean_panel(panel: dict[str, Any]) -> dict[str, Any]:
     """Drop grafanalib's legacy keys that modern Grafana ignores, so the golden JSON shows what matters."""
+    panel.pop("maxDataPoints", None)  # grafanalib's 100 points is coarse; Grafana's default follows the panel width
     for key in _PANEL_NOISE:
         if panel.get(key) in (None, False, "", []) or key in ("height", "span", "minSpan", "editable"):
             panel.pop(key, None)
@@ -515,6 +521,11 @@ def _clean_panel(panel: dict[str, Any]) -> dict[str, Any]:
         panel.pop("maxDataPoints", None)
         panel.pop("links", None)
         panel.pop("description", None)
+    if panel.get("type") == "heatmap":
+        # grafanalib writes the old (Angular) heatmap keys; the options above are the current panel's, and with
+        # them present Grafana runs no migration, so the old keys would only be noise.
+        for key in _OLD_HEATMAP_KEYS:
+            panel.pop(key, None)
     for target in panel.get("targets", []):
         for key in ("target", "metric", "step", "intervalFactor", "interval", "hide", "query"):
             target.pop(key, None)
