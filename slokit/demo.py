@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import math
 import os
 import random
@@ -409,6 +410,7 @@ class LoadLevel:
     max_requests: int = 1000
     max_seconds: float = 60.0
     drain_seconds: float = 10.0  # how long requests still running at max_seconds may take to finish
+    max_in_flight: int = 10_000  # open loop: arrivals beyond this many running requests wait in the client
     tokens_per_word: float = 1.0  # the probe writes prompts in words; this converts token counts to words
     seed: int = 0
 
@@ -442,7 +444,12 @@ async def _probe_level(level: LoadLevel, tally: LoadTally, stop: threading.Event
         tokens_per_word=level.tokens_per_word,
     )
     load = Load.concurrency(level.concurrency) if level.concurrency else Load.rate(level.rate or 1.0)
-    limits = Limits(requests=level.max_requests, duration=level.max_seconds, drain=level.drain_seconds)
+    limits = Limits(
+        requests=level.max_requests,
+        duration=level.max_seconds,
+        drain=level.drain_seconds,
+        max_in_flight=level.max_in_flight,
+    )
     progress = Progress()
     task = asyncio.ensure_future(run_level(endpoint, workload, load, limits, seed=level.seed, progress=progress))
     try:
@@ -541,8 +548,11 @@ def start_engine(spec: Spec, run_dir: Path, config: DemoConfig) -> Engine:
     from slokit.local.vllm_server import start_vllm_server
 
     model = spec.models[0]
+    # transformers draws a progress bar while saving the model the first time; keep the story's output clean.
+    with contextlib.redirect_stderr(io.StringIO()):
+        model_dir = build_tiny_model()
     server = start_vllm_server(
-        model=build_tiny_model(),
+        model=model_dir,
         served_model_name=model.name,
         spec_path=Path(spec.path).resolve(),
         max_num_seqs=model.max_num_seqs,
@@ -801,6 +811,9 @@ class _Story:
             max_requests=int(self.config.healthy_rate * self.config.healthy_seconds) + 1,
             max_seconds=self.config.healthy_seconds,
             drain_seconds=10.0,
+            # Healthy means the engine is never full: at most max_num_seqs - 1 requests reach it at once (the
+            # probe holds later arrivals), so nothing waits in vLLM's queue and no queue alert can fire.
+            max_in_flight=max(1, self.model.max_num_seqs - 1),
             tokens_per_word=self.tokens_per_word,
             seed=1,
         )
