@@ -72,6 +72,7 @@ class RawResponse:
 
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
+    t_sent: float = math.nan  # the request bytes were written (after any connection setup)
     t_first_byte: float = math.nan
     t_end: float = math.nan
     pieces: list[tuple[float, bytes]] = field(default_factory=list)
@@ -148,6 +149,7 @@ class _Connection(asyncio.Protocol):
         self._chunk_state = "size"
         delay = max(0.0, deadline - time.perf_counter())
         self._timer = self.loop.call_later(delay, self._on_timeout)
+        self._response.t_sent = time.perf_counter()
         self.transport.write(raw)
         return self._future
 

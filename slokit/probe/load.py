@@ -119,7 +119,8 @@ class RequestRecord:
     target_prompt_tokens: int
     target_output_tokens: int
     t_sched: float = math.nan  # intended start (arrival time, or the moment the user was free)
-    t_send: float = math.nan  # the request's bytes were handed to the connection
+    t_send: float = math.nan  # the request's bytes were written to a connection (after opening one, if needed)
+    connect_time: float = 0.0  # seconds spent opening a connection first (0 on a reused keep-alive connection)
     t_first_byte: float = math.nan  # first response byte
     t_first_content: float = math.nan  # first event carrying content (role-only chunks do not count)
     t_last_content: float = math.nan  # last content event (never the trailing usage chunk)
@@ -356,6 +357,9 @@ class _Runner:
             record.t_done = time.perf_counter()
             record.reason, record.detail = client.CONNECT, str(exc)
         else:
+            if math.isfinite(raw.t_sent):
+                record.connect_time = raw.t_sent - record.t_send
+                record.t_send = raw.t_sent
             record.raw = raw
             self.raw_bytes += sum(len(piece) for _, piece in raw.pieces)
             if self.raw_bytes > _RAW_BUFFER_LIMIT:

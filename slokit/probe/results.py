@@ -387,6 +387,7 @@ def requests_frame(levels: Sequence[LevelSummary]) -> Any:
                         "e2e": r.e2e,
                         "e2e_from_scheduled": r.e2e_from_scheduled,
                         "dispatch_lag": r.dispatch_lag,
+                        "connect_time": r.connect_time,
                         "target_prompt_tokens": r.target_prompt_tokens,
                         "target_output_tokens": r.target_output_tokens,
                         "prompt_tokens": r.prompt_tokens,
