@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from slokit.cli import app
 from slokit.distributions import parse_distribution
 from slokit.local.procs import free_port
-from slokit.probe import Criteria, Endpoint, Limits, Load, SearchConfig, Workload, probe_search, run_level
+from slokit.probe import Criteria, Endpoint, Limits, Load, Progress, SearchConfig, Workload, probe_search, run_level
 from slokit.probe.client import HttpClient, Url
 from slokit.probe.emulator import FAULT_HEADER, EmulatorConfig, emulator_process
 from slokit.probe.load import LevelRun
@@ -283,3 +283,12 @@ def test_level_summary_percentiles_are_finite_for_measured_levels(emulator: str)
     assert summary.succeeded == 9 and summary.failed == 0
     assert all(math.isfinite(summary.metrics[m].p99) for m in ("ttft", "itl", "tpot", "e2e"))
     assert summary.checks == []  # no criteria: nothing judged
+
+
+@pytest.mark.parametrize("load", [Load.concurrency(2), Load.rate(100.0)], ids=["closed", "open"])
+def test_should_stop_ends_dispatching_and_returns_what_ran(emulator: str, load: Load) -> None:
+    progress = Progress()
+    run = _run(emulator, "completions", load, requests=200, progress=progress, should_stop=lambda: progress.done >= 5)
+    assert run.stopped_by == "stopped"
+    assert 5 <= len(run.measured) < 200
+    assert all(r.ok for r in run.measured)

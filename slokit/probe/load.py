@@ -186,7 +186,7 @@ class LevelRun:
     records: list[RequestRecord]
     t_start: float
     t_end: float
-    stopped_by: str  # requests, duration
+    stopped_by: str  # requests (all sent), duration (time ran out), stopped (should_stop)
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -326,6 +326,7 @@ class _Runner:
         limits: Limits,
         seed: int,
         progress: Progress | None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         if load.value <= 0 or (load.kind == "concurrency" and load.value != int(load.value)):
             raise ValueError(
@@ -342,6 +343,7 @@ class _Runner:
         self.progress.total = len(self.records)
         self.progress.done = self.progress.failed = 0
         self.progress.label = load.label
+        self.should_stop = should_stop or (lambda: False)
         self.raw_bytes = 0
         self.t_start = 0.0
         self.dispatch_deadline = 0.0
@@ -380,7 +382,7 @@ class _Runner:
             free_at = self.t_start
             while next_index < total:
                 now = time.perf_counter()
-                if now >= self.dispatch_deadline:
+                if now >= self.dispatch_deadline or self.should_stop():
                     return
                 index = next_index
                 next_index += 1
@@ -389,6 +391,8 @@ class _Runner:
                 free_at = time.perf_counter()
 
         await asyncio.gather(*(user() for _ in range(min(users, total))))
+        if self.should_stop() and next_index < total:
+            return "stopped"
         return "requests" if next_index >= total else "duration"
 
     async def open_loop(self) -> str:
@@ -422,7 +426,17 @@ class _Runner:
             tasks.add(task)
             task.add_done_callback(done)
 
-        def arrive(index: int) -> None:
+        def arrive(position: int) -> None:
+            nonlocal remaining
+            index = scheduled[position]
+            if self.should_stop():
+                # Nothing more is sent: the rest stay unscheduled (NaN t_sched) and out of the results.
+                for handle in handles[position:]:
+                    handle.cancel()
+                remaining -= len(handles) - position
+                if remaining == 0 and not finished.done():
+                    finished.set_result(None)
+                return
             self.records[index].t_sched = self.t_start + offsets[index]
             if in_flight >= self.limits.max_in_flight:
                 waiting.append(index)
@@ -431,7 +445,9 @@ class _Runner:
 
         if remaining == 0:
             return "duration"
-        handles = [loop.call_at(self.t_start + offsets[i] + clock_offset, arrive, i) for i in scheduled]
+        handles: list[asyncio.TimerHandle] = []
+        for position, i in enumerate(scheduled):
+            handles.append(loop.call_at(self.t_start + offsets[i] + clock_offset, arrive, position))
         try:
             await finished
         finally:
@@ -439,6 +455,8 @@ class _Runner:
                 handle.cancel()
             for task in list(tasks):
                 task.cancel()
+        if any(math.isnan(self.records[i].t_sched) for i in scheduled):
+            return "stopped"
         return "requests" if len(scheduled) == len(self.records) else "duration"
 
     async def run(self) -> LevelRun:
@@ -467,13 +485,17 @@ async def run_level(
     *,
     seed: int = 0,
     progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> LevelRun:
     """Run one load level to its bounds and return every request record.
 
-    Never raises for what the server does (refused connections, HTTP errors, broken streams are failure
-    reasons on the records); raises `ValueError` only for an invalid load or URL.
+    `should_stop` (polled before each new request, e.g. `threading.Event().is_set`) ends dispatching early:
+    requests already running finish (within `limits.drain`) and the run is returned with `stopped_by` "stopped".
+    `progress` counters are updated as requests finish. Never raises for what the server does (refused
+    connections, HTTP errors, broken streams are failure reasons on the records); raises `ValueError` only for
+    an invalid load or URL.
     """
-    runner = _Runner(endpoint, workload, load, limits, seed, progress)
+    runner = _Runner(endpoint, workload, load, limits, seed, progress, should_stop)
     return await runner.run()
 
 
