@@ -1,12 +1,463 @@
-"""Generator stub: replaced by the real k8s generator."""
+"""The deployment side of a spec, as Kubernetes objects under `exporters/`.
+
+Per service: the spec as a ConfigMap (for slokit's stat-logger plugin inside vLLM), one PodMonitor scraping both
+the vLLM port and the GPU sidecar, and the prometheus-adapter rule that turns the recorded scale-out signal into an
+external metric. Per model: a Deployment (vLLM plus the NVML sidecar), a Service, and two alternative autoscalers on
+the scale-out signal, an HPA on the external metric and a KEDA ScaledObject with a Prometheus trigger. Apply one
+autoscaler per Deployment, never both: KEDA creates its own HPA and the two would fight.
+
+Everything site-specific (images, namespace, Prometheus address, model storage, replica bounds) gets a plain
+default that kustomize overlays replace; docs/kubernetes.md says which field is which.
+
+How the sidecar sees the vLLM container's GPUs: GPUs are allocated per container, so a sidecar that requests none
+sees none. The vLLM container writes the UUIDs it was given (`nvidia-smi --query-gpu=uuid`) to a shared in-memory
+volume before starting vLLM; the sidecar runs with `NVIDIA_VISIBLE_DEVICES=all` (NVML only, `utility` capability)
+and watches exactly the UUIDs in that file (`--gpus-file`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import json
+import re
+from pathlib import PurePath
+from typing import Any, Final
 
-from slokit.spec import Spec
+from slokit import __version__, schema
+from slokit.generate.writer import to_yaml
+from slokit.schema import Source
+from slokit.spec import Model, Spec
+from slokit.units import format_le
+
+VLLM_PORT: Final = 8000
+VLLM_PORT_NAME: Final = "http"
+GPU_PORT_NAME: Final = "gpu-metrics"
+SCRAPE_INTERVAL: Final = "15s"
+GPU_POLL_INTERVAL: Final = "1s"
+RUN_DIR: Final = "/var/run/slokit"
+GPU_FILE: Final = f"{RUN_DIR}/gpus"
+SPEC_DIR: Final = "/etc/slokit"
+MODELS_DIR: Final = "/models"
+# Placeholders a kustomize `images:` entry replaces (docs/kubernetes.md shows the two-line Dockerfiles).
+SLOKIT_IMAGE: Final = f"registry.example.com/slokit/slokit:{__version__}"
+PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc:9090"  # prometheus-operator's default service
+MIN_REPLICAS: Final = 1
+MAX_REPLICAS: Final = 8
+EXTERNAL_METRIC: Final = "slokit_scale_out_ratio"  # the recorded series as the external metrics API names it
+DOMAIN: Final = "slokit.dev"
+
+_DNS_BAD = re.compile(r"[^a-z0-9-]+")
+
+
+def object_name(*parts: str, limit: int = 63) -> str:
+    """A DNS-1035 name (lower case, digits, '-', starting with a letter, at most `limit` characters) from `parts`.
+
+    Model names are free text (`meta-llama/Llama-3-70B`); when cleaning changes a part, a short hash of the
+    original keeps two different names from colliding.
+    """
+    raw = "-".join(parts)
+    clean = _DNS_BAD.sub("-", raw.lower()).strip("-")
+    clean = re.sub(r"-{2,}", "-", clean)
+    if not clean or not clean[0].isalpha():
+        clean = f"m-{clean}".rstrip("-")
+    if clean != raw or len(clean) > limit:
+        suffix = hashlib.sha256(raw.encode()).hexdigest()[:6]
+        clean = f"{clean[: limit - len(suffix) - 1].rstrip('-')}-{suffix}"
+    return clean
+
+
+def quantity(value: float) -> str:
+    """A Kubernetes quantity for a ratio, exact to the thousandth (0.8 -> "800m", 1 -> "1")."""
+    milli = round(value * 1000)
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def _labels(spec: Spec, component: str, model: Model | None = None) -> dict[str, str]:
+    labels = {
+        "app.kubernetes.io/name": "vllm" if component == "server" else "slokit",
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": object_name(spec.service),
+        "app.kubernetes.io/managed-by": "slokit",
+    }
+    if model is not None:
+        labels["app.kubernetes.io/instance"] = deployment_name(spec, model)
+    return labels
+
+
+def _pod_selector(spec: Spec, model: Model) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/part-of": object_name(spec.service),
+        "app.kubernetes.io/instance": deployment_name(spec, model),
+    }
+
+
+def deployment_name(spec: Spec, model: Model) -> str:
+    """The Deployment (and Service, HPA, ScaledObject) name for one model of the service."""
+    return object_name(spec.service, model.name)
+
+
+def configmap_name(spec: Spec) -> str:
+    """The ConfigMap holding the spec file."""
+    return object_name(spec.service, "slokit-spec")
+
+
+def spec_file_name(spec: Spec) -> str:
+    """The key of the spec in the ConfigMap (the spec's own file name)."""
+    name = PurePath(spec.path).name if spec.path and not spec.path.startswith("<") else f"{spec.service}.yaml"
+    return re.sub(r"[^A-Za-z0-9._-]", "-", name)
+
+
+def scale_out_query(spec: Spec, model: Model) -> str:
+    """The scale-out signal for one model: the worst class's p99 TTFT over its threshold (1 = at the SLO)."""
+    labels = f'{schema.RULE_LABEL_SERVICE}="{spec.service}",{schema.RULE_LABEL_MODEL}="{_promql_string(model.name)}"'
+    return f"max({schema.RECORD_SCALE_OUT}{{{labels}}})"
+
+
+def _promql_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# ==============================================================================================================
+# Per service
+# ==============================================================================================================
+def configmap(spec: Spec) -> dict[str, Any]:
+    """The spec as written, mounted into the vLLM container for slokit's stat-logger plugin."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": configmap_name(spec), "labels": _labels(spec, "spec")},
+        "data": {spec_file_name(spec): spec.text or f"# spec text unavailable; load {spec.path} instead\n"},
+    }
+
+
+def pod_monitor(spec: Spec) -> dict[str, Any]:
+    """One PodMonitor for both ports of every model's pods: vLLM's /metrics and the GPU sidecar's.
+
+    A PodMonitor rather than a ServiceMonitor: the sidecar port needs no Service, and a ServiceMonitor would add
+    a `service` target label that collides with the `service` label slokit's rules write.
+    """
+    endpoint = {"path": "/metrics", "interval": SCRAPE_INTERVAL, "scrapeTimeout": "10s"}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": object_name("slokit", spec.service), "labels": _labels(spec, "monitoring")},
+        "spec": {
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/part-of": object_name(spec.service),
+                    "app.kubernetes.io/component": "server",
+                }
+            },
+            "podMetricsEndpoints": [
+                {"port": VLLM_PORT_NAME, **endpoint},
+                {"port": GPU_PORT_NAME, **endpoint},
+            ],
+        },
+    }
+
+
+def adapter_rules() -> dict[str, Any]:
+    """prometheus-adapter `externalRules` exposing `slokit:scale_out:ratio` as the external metric the HPA reads.
+
+    Not namespaced: the recorded series is aggregated per service, model and class, so it has no namespace label.
+    `max` collapses the classes into one value (the HPA would otherwise add them up).
+    """
+    return {
+        "externalRules": [
+            {
+                "seriesQuery": f'{{__name__="{schema.RECORD_SCALE_OUT}",{schema.RULE_LABEL_SERVICE}!=""}}',
+                "resources": {"namespaced": False},
+                "name": {"matches": f"^{re.escape(schema.RECORD_SCALE_OUT)}$", "as": EXTERNAL_METRIC},
+                "metricsQuery": "max(<<.Series>>{<<.LabelMatchers>>})",
+            }
+        ]
+    }
+
+
+def adapter_configmap(spec: Spec) -> dict[str, Any]:
+    """The adapter rule as a ConfigMap; the rule is the same for every slokit service, so install it once."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": object_name(spec.service, "prometheus-adapter-rules"),
+            "labels": _labels(spec, "autoscaling"),
+            "annotations": {
+                f"{DOMAIN}/note": "Merge externalRules into your prometheus-adapter config (Helm value "
+                "rules.external); the rule serves every slokit service."
+            },
+        },
+        "data": {"config.yaml": _yaml(adapter_rules())},
+    }
+
+
+def _yaml(data: Any) -> str:
+    return to_yaml(data)
+
+
+# ==============================================================================================================
+# Per model
+# ==============================================================================================================
+def _vllm_image(spec: Spec) -> str:
+    tag = f"v{spec.vllm.version}.0"
+    if spec.source is Source.VLLM:
+        return f"vllm/vllm-openai:{tag}"  # vLLM's own metrics: the stock image is enough
+    return f"registry.example.com/slokit/vllm-openai:{tag}-slokit{__version__}"
+
+
+def _vllm_args(spec: Spec, model: Model) -> list[str]:
+    args = [
+        f"{MODELS_DIR}/{object_name(model.name)}",
+        "--served-model-name",
+        model.name,
+        "--tensor-parallel-size",
+        str(model.tensor_parallel),
+        "--max-num-seqs",
+        str(model.max_num_seqs),
+        "--port",
+        str(VLLM_PORT),
+    ]
+    if spec.source is Source.VLLM and spec.vllm.custom_histogram_buckets:
+        buckets = {
+            family: [float(format_le(b)) for b in bounds]
+            for family, bounds in sorted(spec.vllm.custom_histogram_buckets.items())
+        }
+        args += ["--custom-histogram-buckets", json.dumps(buckets, separators=(",", ":"))]
+    return args
+
+
+# Written by the vLLM container before vLLM starts: the UUIDs of the GPUs this container was given. nvidia-smi
+# is mounted into every GPU container by the NVIDIA container toolkit (utility capability).
+_ENTRY: Final = (
+    f"nvidia-smi --query-gpu=uuid --format=csv,noheader > {GPU_FILE}.tmp && mv {GPU_FILE}.tmp {GPU_FILE} || "
+    'echo "slokit: nvidia-smi could not list this container\'s GPUs; the gpu-exporter sidecar will watch none" >&2\n'
+    'exec vllm serve "$@"\n'
+)
+
+
+def _vllm_container(spec: Spec, model: Model) -> dict[str, Any]:
+    mounts = [
+        {"name": "slokit-run", "mountPath": RUN_DIR},
+        {"name": "models", "mountPath": MODELS_DIR, "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    env: list[dict[str, Any]] = []
+    if spec.source is Source.SLOKIT:
+        mounts.insert(0, {"name": "slokit-spec", "mountPath": SPEC_DIR, "readOnly": True})
+        env.append({"name": "SLOKIT_SPEC", "value": f"{SPEC_DIR}/{spec_file_name(spec)}"})
+    env.append({"name": "VLLM_NO_USAGE_STATS", "value": "1"})
+    health = {"httpGet": {"path": "/health", "port": VLLM_PORT_NAME}}
+    gpus = str(model.tensor_parallel)
+    return {
+        "name": "vllm",
+        "image": _vllm_image(spec),
+        "command": ["/bin/sh", "-c", _ENTRY, "vllm"],
+        "args": _vllm_args(spec, model),
+        "env": env,
+        "ports": [{"name": VLLM_PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}},
+        "volumeMounts": mounts,
+        # Loading a 70B model takes minutes: the startup probe allows 30 before liveness applies.
+        "startupProbe": {**health, "periodSeconds": 10, "failureThreshold": 180},
+        "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**health, "periodSeconds": 10, "failureThreshold": 6},
+    }
+
+
+def _gpu_container() -> dict[str, Any]:
+    return {
+        "name": "gpu-exporter",
+        "image": SLOKIT_IMAGE,
+        "args": [
+            "exporter",
+            "gpu",
+            "--port",
+            str(schema.GPU_EXPORTER_PORT),
+            "--interval",
+            GPU_POLL_INTERVAL,
+            "--gpus-file",
+            GPU_FILE,
+        ],
+        "env": [
+            # NVML access without a GPU request: the container toolkit mounts the driver library and device nodes;
+            # --gpus-file then limits polling to the vLLM container's GPUs (docs/gpu-exporter.md).
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+        ],
+        "ports": [{"name": GPU_PORT_NAME, "containerPort": schema.GPU_EXPORTER_PORT, "protocol": "TCP"}],
+        "resources": {
+            "requests": {"cpu": "20m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "volumeMounts": [{"name": "slokit-run", "mountPath": RUN_DIR, "readOnly": True}],
+        # /healthz fails only when a poll is stuck inside the driver: a restart is the right cure then.
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": GPU_PORT_NAME},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def deployment(spec: Spec, model: Model) -> dict[str, Any]:
+    """vLLM serving one model, with the GPU sidecar beside it."""
+    volumes: list[dict[str, Any]] = [
+        {"name": "slokit-run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        {"name": "models", "persistentVolumeClaim": {"claimName": object_name(spec.service, "models")}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},  # NCCL between TP ranks
+    ]
+    if spec.source is Source.SLOKIT:
+        volumes.insert(0, {"name": "slokit-spec", "configMap": {"name": configmap_name(spec)}})
+    selector = _pod_selector(spec, model)
+    labels = {**_labels(spec, "server", model), **selector}
+    annotations = {f"{DOMAIN}/model": model.name}
+    if spec.digest:
+        annotations[f"{DOMAIN}/spec-digest"] = spec.digest  # a changed spec rolls the pods
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment_name(spec, model), "labels": labels, "annotations": {**annotations}},
+        "spec": {
+            "replicas": MIN_REPLICAS,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {
+                    "containers": [_vllm_container(spec, model), _gpu_container()],
+                    "volumes": volumes,
+                    "terminationGracePeriodSeconds": 60,
+                },
+            },
+        },
+    }
+
+
+def service(spec: Spec, model: Model) -> dict[str, Any]:
+    """The OpenAI-compatible API of one model's pods."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": deployment_name(spec, model), "labels": _labels(spec, "server", model)},
+        "spec": {
+            "selector": _pod_selector(spec, model),
+            "ports": [{"name": VLLM_PORT_NAME, "port": VLLM_PORT, "targetPort": VLLM_PORT_NAME, "protocol": "TCP"}],
+        },
+    }
+
+
+def _behavior(spec: Spec) -> dict[str, Any]:
+    """Scale up only after the signal held for `scale_out.for` (the HPA keeps the lowest recommendation over the
+    window), at most doubling per 5 minutes; scale down slowly, one replica per 5 minutes after 15 quiet minutes,
+    since an LLM replica takes minutes to come back."""
+    hold = min(3600, int(spec.alerting.scale_out.for_))
+    return {
+        "scaleUp": {
+            "stabilizationWindowSeconds": hold,
+            "selectPolicy": "Max",
+            "policies": [{"type": "Percent", "value": 100, "periodSeconds": 300}],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": max(900, hold),
+            "selectPolicy": "Min",
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+        },
+    }
+
+
+_ONE_OF: Final = (
+    "Apply this or the {other} for the same Deployment, not both: KEDA creates its own HPA and the two would fight."
+)
+
+
+def hpa(spec: Spec, model: Model) -> dict[str, Any]:
+    """An autoscaling/v2 HPA on the external scale-out metric (needs prometheus-adapter with `adapter_rules`)."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {
+            "name": deployment_name(spec, model),
+            "labels": _labels(spec, "autoscaling", model),
+            "annotations": {f"{DOMAIN}/note": _ONE_OF.format(other="KEDA ScaledObject")},
+        },
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(spec, model)},
+            "minReplicas": MIN_REPLICAS,
+            "maxReplicas": MAX_REPLICAS,
+            "metrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {
+                            "name": EXTERNAL_METRIC,
+                            "selector": {
+                                "matchLabels": {
+                                    schema.RULE_LABEL_SERVICE: spec.service,
+                                    schema.RULE_LABEL_MODEL: model.name,
+                                }
+                            },
+                        },
+                        "target": {"type": "Value", "value": quantity(spec.alerting.scale_out.fraction_of_slo)},
+                    },
+                }
+            ],
+            "behavior": _behavior(spec),
+        },
+    }
+
+
+def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
+    """A KEDA ScaledObject reading the same signal straight from Prometheus (no adapter needed)."""
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {
+            "name": deployment_name(spec, model),
+            "labels": _labels(spec, "autoscaling", model),
+            "annotations": {f"{DOMAIN}/note": _ONE_OF.format(other="HorizontalPodAutoscaler")},
+        },
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(spec, model)},
+            "minReplicaCount": MIN_REPLICAS,
+            "maxReplicaCount": MAX_REPLICAS,
+            "pollingInterval": 30,
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(spec)}},
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metricType": "Value",
+                    "metadata": {
+                        "serverAddress": PROMETHEUS_URL,
+                        "query": scale_out_query(spec, model),
+                        "threshold": f"{spec.alerting.scale_out.fraction_of_slo:g}",
+                        "ignoreNullValues": "true",
+                    },
+                }
+            ],
+        },
+    }
 
 
 def files(spec: Spec) -> dict[str, Any]:
-    """No files yet."""
-    return {}
+    """Every Kubernetes object for one spec: `exporters/<service>-<kind>.yaml` and per model
+    `exporters/<service>-<model>-<kind>.yaml`."""
+    base = f"exporters/{object_name(spec.service)}"
+    out: dict[str, Any] = {}
+    if spec.source is Source.SLOKIT:
+        out[f"{base}-configmap.yaml"] = configmap(spec)
+    out[f"{base}-podmonitor.yaml"] = pod_monitor(spec)
+    out[f"{base}-prometheus-adapter.yaml"] = adapter_configmap(spec)
+    for model in spec.models:
+        prefix = f"exporters/{deployment_name(spec, model)}"
+        out[f"{prefix}-deployment.yaml"] = deployment(spec, model)
+        out[f"{prefix}-service.yaml"] = service(spec, model)
+        out[f"{prefix}-hpa.yaml"] = hpa(spec, model)
+        out[f"{prefix}-keda.yaml"] = scaled_object(spec, model)
+    return out
