@@ -210,6 +210,15 @@ SLOKIT_METRICS: Final = SourceMetrics(
 SLOKIT_EXPORTER_INFO: Final = "slokit_exporter_info"  # labels: spec_hash, slokit_version, vllm_version
 SLOKIT_EXPORTER_ERRORS: Final = "slokit_exporter_errors_total"  # label: stage
 SLOKIT_RECORD_DURATION: Final = "slokit_record_duration_seconds"
+SLOKIT_RECORD_DURATION_BUCKETS: Final = (
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1,
+)  # fmt: skip
+# Per-class request counts as the exporter's frontend sees them (labels model, class): running = has its first
+# token, waiting = admitted without a first token yet (queued or prefilling). Engine totals are requests_running
+# and requests_waiting above (labels model, engine), from vLLM's scheduler.
+SLOKIT_CLASS_REQUESTS_RUNNING: Final = "slokit_class_requests_running"
+SLOKIT_CLASS_REQUESTS_WAITING: Final = "slokit_class_requests_waiting"
+SLOKIT_SPEC_ENV: Final = "SLOKIT_SPEC"  # environment variable naming the spec file the exporter reads
 
 # vLLM's speculative-decoding counters (only with --speculative-config; labels model_name, engine). The runbook's
 # tuning section reads them for the draft acceptance rate.

@@ -73,7 +73,7 @@ def start_vllm_server(
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     log_path: Path | None = None,
-    startup_timeout: float = 240.0,
+    startup_timeout: float = 480.0,
 ) -> VllmServer:
     """Start vLLM and wait until /health answers; raise `StartError` quoting the log if it does not.
 
