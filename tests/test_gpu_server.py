@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import urllib.error
@@ -185,3 +186,16 @@ def test_help_teaches_the_options() -> None:
     assert result.exit_code == 0
     for word in ("--gpus", "--gpus-file", "--interval", "slokit_gpu_up 0", "SIGTERM"):
         assert word in result.output
+
+
+def test_gpu_check_script_runs_the_real_exporter_and_reports_no_gpu_here(tmp_path: Path) -> None:
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA driver: run scripts/gpu_check.sh by hand")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
+    env = {**os.environ, "GPU_CHECK_SECONDS": "1", "GPU_CHECK_OUT": str(tmp_path), "PYTHON": sys.executable}
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "== SIGTERM: exit code 0" in result.stdout
+    assert "slokit_gpu_up 0 (no GPU answered)" in result.stdout
+    assert "nvmlInit: LibraryNotFound" in result.stdout
+    assert list(tmp_path.glob("scrape-*.prom"))
