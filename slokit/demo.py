@@ -625,6 +625,21 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM while the stack is being stopped (main thread only), so a second Ctrl-C cannot
+    leave a process behind; each stop is bounded, so this cannot hang."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _scalar(result: QueryResult) -> float | None:
     values = [s.value for s in result.samples if not math.isnan(s.value)]
     return max(values) if values else None
@@ -652,6 +667,7 @@ class _Story:
         self.run_dir = result.output / "run"
         self.files: dict[str, str] = {}
         self.rule: AlertRule | None = None
+        self.variants: list[AlertRule] = []
         self.prometheus: LocalPrometheus | None = None
         self.alertmanager: Alertmanager | None = None
         self.webhook: WebhookReceiver | None = None
@@ -698,7 +714,11 @@ class _Story:
         rules = _alert_rules(self.spec)
         self.rule = expected_alert(rules, self.spec, self.request_class.name)
         self.result.expected_alert = self.rule.name
-        self.out.line(f"{len(rules)} alerts; the fault should raise {self.rule.name} ({self.rule.title})")
+        # Rules with the same name and labels (a tier per percentile) are one alert to Prometheus; whichever fires
+        # first tells the story, and its runbook_url says which section it is.
+        self.variants = [r for r in rules if r.name == self.rule.name and dict(r.labels) == dict(self.rule.labels)]
+        which = " or ".join(r.title.split(": ", 1)[-1] for r in self.variants)
+        self.out.line(f"{len(rules)} alerts; the fault should raise the page {self.rule.name} ({which})")
 
     def start_stack(self, stack: contextlib.ExitStack) -> None:
         self.out.step("Start the stack on loopback ports")
@@ -859,6 +879,7 @@ class _Story:
         waiting = self.query_value(self.q_waiting())
         running = self.query_value(self.q_running())
         p50 = self.query_value(self.q_ttft(0.5))
+        p95 = self.query_value(self.q_ttft(0.95))
         pending: list[str] = []
         firing: list[str] = []
         assert self.prometheus is not None
@@ -867,9 +888,10 @@ class _Story:
                 name = str(alert.get("labels", {}).get("alertname", "?"))
                 (firing if alert.get("state") == "firing" else pending).append(name)
         text = (
-            f"{phase}: sent {tally.sent}, ok {tally.ok} | waiting {'-' if waiting is None else f'{waiting:g}'}, "
+            f"{phase}: {tally.sent} done, {tally.failed} failed | "
+            f"waiting {'-' if waiting is None else f'{waiting:g}'}, "
             f"running {'-' if running is None else f'{running:g}'}/{self.model.max_num_seqs} | "
-            f"TTFT p50 (1m) {_fmt_seconds(p50)}"
+            f"TTFT p50 {_fmt_seconds(p50)}, p95 {_fmt_seconds(p95)} (1m)"
         )
         if pending:
             text += f" | pending: {', '.join(sorted(set(pending)))}"
@@ -920,6 +942,8 @@ class _Story:
             for alert in self.prometheus.alerts():
                 if alert.get("state") == "firing" and alert_matches(alert, self.rule):
                     elapsed = time.monotonic() - started
+                    url = str(alert.get("annotations", {}).get("runbook_url", ""))
+                    self.rule = next((r for r in self.variants if url.endswith(f"#{r.anchor}")), self.rule)
                     self.out.step(f"Prometheus: {self.rule.name} is firing ({elapsed:.0f}s into the fault)")
                     self._show_alert(alert)
                     gaps = contract_gaps(alert)
@@ -1068,28 +1092,38 @@ def run_demo(config: DemoConfig, reporter: Reporter) -> DemoResult:
     result = DemoResult(output.resolve())
     story = _Story(spec, config, reporter, result)
     interrupted = False
+    stack = contextlib.ExitStack()
     try:
-        with _sigterm_as_interrupt(), contextlib.ExitStack() as stack:
-            try:
-                story.generate(stack)
-                story.start_stack(stack)
-                story.healthy()
-                load = story.fault(stack)
-                story.wait_alert(load)
-                story.wait_notification()
-                story.runbook()
-                story.other_alerts()
-                result.fault_requests = load.tally.sent
-            except (DemoAborted, StartError, PrometheusError) as exc:
-                reporter.line(str(exc), "fail")
-                if not any(not c.ok for c in result.checks):
-                    result.add("story", False, str(exc))
-            except KeyboardInterrupt:
-                interrupted = True
-                reporter.line("interrupted: stopping everything", "warn")
-            reporter.step("Stop everything")
+        with _sigterm_as_interrupt():
+            story.generate(stack)
+            story.start_stack(stack)
+            story.healthy()
+            load = story.fault(stack)
+            story.wait_alert(load)
+            story.wait_notification()
+            story.runbook()
+            story.other_alerts()
+            result.fault_requests = load.tally.sent
+    except (DemoAborted, StartError, PrometheusError) as exc:
+        reporter.line(str(exc), "fail")
+        if not any(not c.ok for c in result.checks):
+            result.add("story", False, str(exc))
     except KeyboardInterrupt:
         interrupted = True
+        reporter.line("interrupted: stopping everything (a few seconds)", "warn")
+    except Exception as exc:  # a bug or an environment problem: still stop everything, and keep the traceback
+        import traceback
+
+        trace = result.output / "run" / "demo-error.log"
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        trace.write_text(traceback.format_exc(), encoding="utf-8")
+        reporter.line(f"unexpected {type(exc).__name__}: {exc} (traceback in {trace})", "fail")
+        result.add("story", False, f"unexpected {type(exc).__name__}: {exc}")
+    finally:
+        # Stopping must finish even if Ctrl-C is pressed again: every stop is bounded (SIGTERM, then SIGKILL).
+        with _signals_held():
+            reporter.step("Stop everything")
+            stack.close()
     result.interrupted = interrupted
     _check_stopped(result, reporter)
     _where(result, reporter)
