@@ -236,6 +236,18 @@ def test_gpm_metric_with_its_own_error_is_left_out_alone() -> None:
     assert value(registry, S.GPU_METRIC_SUPPORTED, UUID=A, metric=S.GPU_TENSOR_ACTIVE) == 0
 
 
+def test_gpm_sampling_that_cannot_work_leaves_out_every_gpm_metric() -> None:
+    gpu = FakeGpu(A, errors={"nvmlGpmSampleGet": pynvml.NVML_ERROR_NOT_SUPPORTED})  # e.g. a vGPU profile
+    nvml, poller, clock, registry = make([gpu])
+    poll(poller, clock, 3)
+    for metric in (S.GPU_MEMORY_BANDWIDTH_UTILIZATION, S.GPU_SM_ACTIVE, S.GPU_TENSOR_ACTIVE):
+        assert value(registry, metric, UUID=A) is None
+        assert value(registry, S.GPU_METRIC_SUPPORTED, UUID=A, metric=metric) == 0
+    assert value(registry, S.GPU_MEMORY_BUSY, UUID=A) == pytest.approx(0.64)  # the duty cycle stays
+    assert nvml.calls["nvmlGpmSampleGet"] == 1
+    assert nvml.gpm_allocated == nvml.gpm_freed == 2
+
+
 def test_older_drivers_are_read_through_the_older_entry_points() -> None:
     nvml, poller, clock, registry = make()
     nvml.missing |= {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetCurrentClocksEventReasons",
@@ -319,6 +331,18 @@ def test_a_broken_session_is_shut_down_and_initialised_again() -> None:
     assert nvml.calls["nvmlInit"] == 2
     assert value(registry, S.GPU_UP, UUID=A) == 1
     assert value(registry, S.GPU_POWER, UUID=A) == pytest.approx(512.345)
+
+
+def test_a_session_broken_by_one_gpu_is_not_hammered_by_the_others() -> None:
+    first, second = FakeGpu(A), FakeGpu(B)
+    nvml, poller, clock, registry = make([first, second])
+    poll(poller, clock)
+    first.errors["nvmlDeviceGetUtilizationRates"] = pynvml.NVML_ERROR_UNINITIALIZED
+    calls = nvml.calls["nvmlDeviceGetPowerUsage"]
+    poll(poller, clock)
+    assert nvml.calls["nvmlDeviceGetPowerUsage"] == calls  # polling stopped at the break
+    assert nvml.calls["nvmlShutdown"] == 1
+    assert value(registry, S.GPU_UP, UUID=A) == value(registry, S.GPU_UP, UUID=B) == 0
 
 
 def test_without_a_driver_gpu_up_is_0_and_init_is_retried_until_the_driver_loads() -> None:

@@ -282,6 +282,7 @@ _FIXED_FIELDS: Final[tuple[FieldDef, ...]] = (
 _KIB: Final = 1024.0
 
 # GPM metric ids and where they go (values are percent: divided by 100).
+_GPM_KEY: Final = "GPM metrics"  # support key of the sampling calls shared by every GPM metric
 GPM_METRICS: Final = MappingProxyType(
     {
         pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: S.GPU_MEMORY_BANDWIDTH_UTILIZATION,
@@ -482,6 +483,8 @@ class GpuPoller:
             self._refresh_wanted()
             self._discover(started)
             for gpu in list(self._gpus.values()):
+                if not self._initialised:  # a GPU's answer broke the session: the rest wait for re-init
+                    break
                 series.extend(self._poll_gpu(gpu, started))
         ended = self._monotonic()
         snap = Snapshot(
@@ -974,16 +977,15 @@ class GpuPoller:
             return []
         lib = self._lib
         if not gpu.gpm_samples:
-            first = self._call(gpu, S.GPU_MEMORY_BANDWIDTH_UTILIZATION, "nvmlGpmSampleAlloc", lib.nvmlGpmSampleAlloc)
+            first = self._gpm_call(gpu, "nvmlGpmSampleAlloc", lib.nvmlGpmSampleAlloc)
             if first is None:
                 return []
-            second = self._call(gpu, S.GPU_MEMORY_BANDWIDTH_UTILIZATION, "nvmlGpmSampleAlloc", lib.nvmlGpmSampleAlloc)
+            second = self._gpm_call(gpu, "nvmlGpmSampleAlloc", lib.nvmlGpmSampleAlloc)
             if second is None:
                 self._free_samples([first])
                 return []
             gpu.gpm_samples = [first, second]
-            if self._call(gpu, S.GPU_MEMORY_BANDWIDTH_UTILIZATION, "nvmlGpmSampleGet",
-                          lambda: lib.nvmlGpmSampleGet(gpu.handle, first)) is None:  # fmt: skip
+            if self._gpm_call(gpu, "nvmlGpmSampleGet", lambda: lib.nvmlGpmSampleGet(gpu.handle, first)) is None:
                 self._free_gpm(gpu)
                 return []
             gpu.gpm_last = now
@@ -991,8 +993,9 @@ class GpuPoller:
         if now - gpu.gpm_last < MIN_INTERVAL:
             return []
         previous, current = gpu.gpm_samples
-        if self._call(gpu, S.GPU_MEMORY_BANDWIDTH_UTILIZATION, "nvmlGpmSampleGet",
-                      lambda: lib.nvmlGpmSampleGet(gpu.handle, current)) is None:  # fmt: skip
+        if self._gpm_call(gpu, "nvmlGpmSampleGet", lambda: lib.nvmlGpmSampleGet(gpu.handle, current)) is None:
+            if _GPM_KEY in gpu.unsupported:
+                self._free_gpm(gpu)
             return []
         gpu.gpm_samples = [current, previous]
         gpu.gpm_last = now
@@ -1003,8 +1006,7 @@ class GpuPoller:
         request.sample2 = current
         for index, metric_id in enumerate(wanted):
             request.metrics[index].metricId = metric_id
-        result = self._call(gpu, S.GPU_MEMORY_BANDWIDTH_UTILIZATION, "nvmlGpmMetricsGet",
-                            lambda: lib.nvmlGpmMetricsGet(request))  # fmt: skip
+        result = self._gpm_call(gpu, "nvmlGpmMetricsGet", lambda: lib.nvmlGpmMetricsGet(request))
         if result is None:
             return []
         out: list[Series] = []
@@ -1022,6 +1024,15 @@ class GpuPoller:
             else:
                 self._count_error(f"nvmlGpmMetricsGet[{metric_id}]", error_name(NVMLError(ret)))
         return out
+
+    def _gpm_call(self, gpu: _Gpu, op: str, fn: Callable[[], Any]) -> Any:
+        """A GPM call whose "cannot" (MIG without a GPU instance, vGPU, fractional shapes) covers all GPM metrics."""
+        value = self._call(gpu, _GPM_KEY, op, fn)
+        if value is None and _GPM_KEY in gpu.unsupported:
+            for metric in GPM_METRICS.values():
+                gpu.unsupported.add(metric)
+                gpu.supported.discard(metric)
+        return value
 
     def _free_gpm(self, gpu: _Gpu) -> None:
         samples, gpu.gpm_samples = gpu.gpm_samples, []
@@ -1147,6 +1158,7 @@ class GpuPoller:
         for uuid, gpu in list(self._gpus.items()):
             table = dict.fromkeys(set(gpu.supported), True)
             table.update(dict.fromkeys(set(gpu.unsupported), False))
+            table.pop(_GPM_KEY, None)
             out[uuid] = MappingProxyType(dict(sorted(table.items())))
         return out
 
