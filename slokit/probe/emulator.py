@@ -35,6 +35,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import gc
 import json
 import math
 import random
@@ -527,6 +528,9 @@ def main(argv: list[str] | None = None) -> None:
         from slokit.probe.load import raise_open_files_limit
 
         raise_open_files_limit()
+        # The truth log grows by a list per request; a full collection over it would pause every stream at once.
+        gc.freeze()
+        gc.set_threshold(100_000, 50, 1000)
         server, _ = await serve(config, args.host, args.port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

