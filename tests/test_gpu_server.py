@@ -10,8 +10,9 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +23,7 @@ from slokit.cli import app
 from slokit.exporters.gpu_server import GpuServer, serve_until_signalled
 from slokit.exporters.nvml import GpuPoller
 from slokit.local.procs import LOOPBACK, ManagedProcess, free_port
+from slokit.local.prometheus import LocalPrometheus
 from tests.test_nvml_fake import FakeGpu, FakeNvml
 
 A = "GPU-8e2f3c1a-0000-4000-8000-000000000001"
@@ -199,3 +201,43 @@ def test_gpu_check_script_runs_the_real_exporter_and_reports_no_gpu_here(tmp_pat
     assert "slokit_gpu_up 0 (no GPU answered)" in result.stdout
     assert "nvmlInit: LibraryNotFound" in result.stdout
     assert list(tmp_path.glob("scrape-*.prom"))
+
+
+@pytest.mark.prometheus
+def test_real_prometheus_scrapes_every_family_and_the_documented_joins_work(
+    prometheus_factory: Callable[..., LocalPrometheus],
+) -> None:
+    b = "GPU-1c0a9b7d-0000-4000-8000-000000000002"
+    a100 = FakeGpu(b, name="NVIDIA A100-SXM4-80GB", gpm_supported=False, nvlink_links=0)
+    poller = GpuPoller(FakeNvml([FakeGpu(A), a100]), interval=0.2)
+    server = GpuServer(poller, LOOPBACK, 0)
+    poller.start()
+    server.start()
+    try:
+        prom = prometheus_factory(static_targets={"gpu": [f"{LOOPBACK}:{server.port}"]}, scrape_interval="1s")
+        prom.start()
+        prom.wait_for(f"{S.GPU_MEMORY_BANDWIDTH_UTILIZATION}", timeout=60)
+        (target,) = prom.targets()
+        assert target["health"] == "up" and not target["lastError"], target
+        stored = {s.labels["__name__"] for s in prom.query('count by (__name__) ({__name__=~"slokit_gpu_.*"})').samples}
+        expected = {name + "_total" if f.type == "counter" else name for name, f in _families(server).items()}
+        assert len(expected) > 30 and expected <= stored, expected - stored
+        # Achieved HBM bandwidth in bytes/s, with the GPU model joined in, as docs/gpu-exporter.md writes it.
+        achieved = prom.query(
+            f"{S.GPU_MEMORY_BANDWIDTH_UTILIZATION} * on(UUID) {S.GPU_PEAK_MEMORY_BANDWIDTH}"
+            f" * on(UUID) group_left(modelName) {S.GPU_INFO}"
+        )
+        (sample,) = achieved.samples
+        assert sample.labels["modelName"] == "NVIDIA H100 80GB HBM3"
+        assert sample.value == pytest.approx(0.715 * 3.35e12)
+        unsupported = prom.query(f"{S.GPU_METRIC_SUPPORTED} == 0").by_labels("UUID", "metric")
+        assert (b, S.GPU_MEMORY_BANDWIDTH_UTILIZATION) in unsupported
+    finally:
+        server.close()
+        poller.stop()
+
+
+def _families(server: GpuServer) -> dict[str, Any]:
+    from prometheus_client import generate_latest
+
+    return {f.name: f for f in text_string_to_metric_families(generate_latest(server.registry).decode())}
