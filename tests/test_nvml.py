@@ -482,3 +482,11 @@ def test_an_interval_below_gpm_minimum_is_refused() -> None:
 
 def test_err_builds_the_real_subclass() -> None:
     assert type(err(pynvml.NVML_ERROR_TIMEOUT)).__name__ == "NVMLError_Timeout"
+
+
+def test_every_metric_is_documented() -> None:
+    from slokit.exporters.nvml import METRICS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "gpu-exporter.md").read_text(encoding="utf-8")
+    missing = [m.name for m in METRICS if f"`{m.name}`" not in text]
+    assert not missing, f"docs/gpu-exporter.md does not describe {missing}"
