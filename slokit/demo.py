@@ -28,6 +28,7 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -160,12 +161,15 @@ _MARKS: Final = {"ok": "✔ ", "fail": "✘ ", "warn": "! "}
 
 
 class TerminalReporter:
-    """Colours, step numbers and a status line that updates in place."""
+    """Colours, step numbers and a status line that updates in place (cut to the terminal's width, so clearing
+    it never leaves a wrapped half behind). Thread-safe: the webhook receiver reports from its own thread."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, width: int | None = None) -> None:
         self.stream = stream or sys.stdout
+        self.width = width or shutil.get_terminal_size((100, 24)).columns
         self._steps = 0
         self._live = False
+        self._lock = threading.RLock()
 
     def _clear(self) -> None:
         if self._live:
@@ -173,32 +177,38 @@ class TerminalReporter:
             self._live = False
 
     def step(self, title: str) -> None:
-        self._clear()
-        self._steps += 1
-        self.stream.write(f"\n{_ANSI['step']}{self._steps}. {title}\x1b[0m\n")
-        self.stream.flush()
+        with self._lock:
+            self._clear()
+            self._steps += 1
+            self.stream.write(f"\n{_ANSI['step']}{self._steps}. {title}\x1b[0m\n")
+            self.stream.flush()
 
     def line(self, text: str, style: str = "") -> None:
-        self._clear()
-        colour = _ANSI.get(style, "")
-        self.stream.write(f"   {colour}{_MARKS.get(style, '')}{text}{chr(27) + '[0m' if colour else ''}\n")
-        self.stream.flush()
+        with self._lock:
+            self._clear()
+            colour = _ANSI.get(style, "")
+            self.stream.write(f"   {colour}{_MARKS.get(style, '')}{text}{chr(27) + '[0m' if colour else ''}\n")
+            self.stream.flush()
 
     def live(self, text: str) -> None:
-        self._clear()
-        self.stream.write(f"   {_ANSI['dim']}{text}\x1b[0m")
-        self._live = True
-        self.stream.flush()
+        with self._lock:
+            self._clear()
+            room = max(10, self.width - 4)
+            shown = text if len(text) <= room else text[: room - 1] + "…"
+            self.stream.write(f"   {_ANSI['dim']}{shown}\x1b[0m")
+            self._live = True
+            self.stream.flush()
 
     def block(self, text: str) -> None:
-        self._clear()
-        for row in text.rstrip().splitlines():
-            self.stream.write(f"   │ {row}\n")
-        self.stream.flush()
+        with self._lock:
+            self._clear()
+            for row in text.rstrip().splitlines():
+                self.stream.write(f"   │ {row}\n")
+            self.stream.flush()
 
 
 class PlainReporter:
-    """Timestamped lines for CI logs and pipes; live progress at most every `live_every` seconds."""
+    """Timestamped lines for CI logs and pipes; live progress at most every `live_every` seconds. Thread-safe."""
 
     def __init__(self, stream: TextIO | None = None, live_every: float = 10.0) -> None:
         self.stream = stream or sys.stdout
@@ -206,31 +216,36 @@ class PlainReporter:
         self._start = time.monotonic()
         self._last_live = -math.inf
         self._steps = 0
+        self._lock = threading.RLock()
 
     def _stamp(self) -> str:
         elapsed = int(time.monotonic() - self._start)
         return f"[{elapsed // 60:02d}:{elapsed % 60:02d}]"
 
     def step(self, title: str) -> None:
-        self._steps += 1
-        self.stream.write(f"{self._stamp()} == {self._steps}. {title}\n")
-        self.stream.flush()
+        with self._lock:
+            self._steps += 1
+            self.stream.write(f"{self._stamp()} == {self._steps}. {title}\n")
+            self.stream.flush()
 
     def line(self, text: str, style: str = "") -> None:
         mark = {"ok": "ok: ", "fail": "FAILED: ", "warn": "warning: "}.get(style, "")
-        self.stream.write(f"{self._stamp()}    {mark}{text}\n")
-        self.stream.flush()
+        with self._lock:
+            self.stream.write(f"{self._stamp()}    {mark}{text}\n")
+            self.stream.flush()
 
     def live(self, text: str) -> None:
         now = time.monotonic()
-        if now - self._last_live >= self.live_every:
-            self._last_live = now
-            self.line(text)
+        with self._lock:
+            if now - self._last_live >= self.live_every:
+                self._last_live = now
+                self.line(text)
 
     def block(self, text: str) -> None:
-        for row in text.rstrip().splitlines():
-            self.stream.write(f"           | {row}\n")
-        self.stream.flush()
+        with self._lock:
+            for row in text.rstrip().splitlines():
+                self.stream.write(f"           | {row}\n")
+            self.stream.flush()
 
 
 # ==============================================================================================================
@@ -857,9 +872,17 @@ class _Story:
             if slo.objective
             else f"{load.tally.ok} requests ok; TTFT p95 {_fmt_seconds(p95)}"
         )
+        assert self.webhook is not None
+        # Anything Alertmanager delivered counts too (an alert can fire and resolve between two polls).
+        for notification in self.webhook.notifications:
+            firing |= {alert_name(a) for a in notification.firing()}
         self.result.healthy_firing = sorted(firing)
         ok = not firing and load.tally.ok > 0
-        detail = "no alert fired" if not firing else f"alerts fired while healthy: {', '.join(sorted(firing))}"
+        detail = (
+            "no alert fired, nothing reached Alertmanager's receivers"
+            if not firing
+            else f"alerts fired while healthy: {', '.join(sorted(firing))}"
+        )
         if load.tally.ok == 0:
             detail = f"no healthy request succeeded ({load.tally.reasons})"
         self.result.add("healthy: no alert", ok, detail)

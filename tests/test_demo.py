@@ -233,15 +233,17 @@ def test_plain_reporter_prints_lines_without_escape_codes() -> None:
     assert "| a\n" in text and "| b\n" in text
 
 
-def test_terminal_reporter_replaces_the_live_line() -> None:
+def test_terminal_reporter_replaces_the_live_line_and_keeps_it_on_one_row() -> None:
     stream = io.StringIO()
-    out = TerminalReporter(stream)
+    out = TerminalReporter(stream, width=40)
     out.live("one")
-    out.live("two")
+    out.live("two " * 30)
     out.line("done", "ok")
     text = stream.getvalue()
     assert text.count("\r\x1b[2K") == 2
     assert text.endswith("done\x1b[0m\n")
+    live = text.split("\r\x1b[2K")[1]
+    assert "…" in live and len(live.replace("\x1b[2m", "").replace("\x1b[0m", "")) <= 40
 
 
 # -- the command ----------------------------------------------------------------------------------------------------
