@@ -1,12 +1,484 @@
-"""Generator stub: replaced by the real promtool_tests generator."""
+"""promtool unit tests for every generated alert: it fires at the right moment, stays silent when healthy and at
+zero traffic.
+
+The tests feed raw series (the source's own metric names and labels, every bucket of the spec's histogram) through
+the whole rule chain, so they test the recording rules as much as the alerts. Time model (checked by promtool):
+input samples every minute from t=0; rates exist from t=1m (two samples), gauges and `absent()` from t=0; an alert
+whose expression turns true at `t0` is pending until the first evaluation at or after `t0 + for`, where it fires.
+Each alert is checked one evaluation before that moment (not firing) and at it (firing), with every label and the
+expanded annotations (summary, description with the measured value, runbook_url).
+
+Expected annotation text is expanded here with the same formatting Prometheus's template functions use
+(`printf`, `humanizeDuration`, `humanizePercentage`), from values the inputs make exact.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-from slokit.spec import Spec
+from slokit import schema
+from slokit.generate import alerts as alerts_mod
+from slokit.generate.model import AlertKind, AlertRule
+from slokit.generate.rules import rule_groups, rules_path
+from slokit.promql import number, selector
+from slokit.schema import Sli
+from slokit.spec import RequestClass, Spec
+from slokit.units import format_le, parse_duration, prom_duration
+
+EVAL: Final = 60  # seconds between evaluations in the tests
+RPM: Final = 60  # requests per minute in every input
+ENGINE: Final = "0"
+
+
+# ==============================================================================================================
+# Prometheus template formatting (the subset the generated annotations use)
+# ==============================================================================================================
+def _go_g4(value: float) -> str:
+    """Go's `%.4g`."""
+    text = f"{value:.4g}"
+    return text
+
+
+def humanize_duration(value: float) -> str:
+    """Prometheus's `humanizeDuration`."""
+    if math.isnan(value) or math.isinf(value):
+        return _go_g4(value)
+    if value == 0:
+        return f"{_go_g4(value)}s"
+    if abs(value) >= 1:
+        sign = "-" if value < 0 else ""
+        v = abs(value)
+        duration = int(v)
+        seconds, minutes = duration % 60, (duration // 60) % 60
+        hours, days = (duration // 3600) % 24, duration // 86400
+        if days:
+            return f"{sign}{days}d {hours}h {minutes}m {seconds}s"
+        if hours:
+            return f"{sign}{hours}h {minutes}m {seconds}s"
+        if minutes:
+            return f"{sign}{minutes}m {seconds}s"
+        return f"{sign}{_go_g4(v)}s"
+    prefix = ""
+    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+        if abs(value) >= 1:
+            break
+        prefix = p
+        value *= 1000
+    return f"{_go_g4(value)}{prefix}s"
+
+
+def humanize_percentage(value: float) -> str:
+    """Prometheus's `humanizePercentage`."""
+    return f"{_go_g4(value * 100)}%"
+
+
+def _go_value(value: float) -> str:
+    """`{{ $value }}`: Go prints a float64 in its shortest form."""
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(value)
+
+
+_TEMPLATE = re.compile(r"\{\{\s*(\$value|\$labels\.(\w+))\s*(?:\|\s*([^}]*?))?\s*\}\}")
+
+
+def expand(template: str, value: float, labels: Mapping[str, str]) -> str:
+    """Expand the template subset used by slokit's annotations."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(2):
+            return labels.get(match.group(2), "")
+        pipe = (match.group(3) or "").strip()
+        if not pipe:
+            return _go_value(value)
+        if pipe == "humanizeDuration":
+            return humanize_duration(value)
+        if pipe == "humanizePercentage":
+            return humanize_percentage(value)
+        printf = re.fullmatch(r'printf\s+"(%[^"]+)"', pipe)
+        if printf:
+            return printf.group(1) % value
+        raise ValueError(f"template function {pipe!r} has no expansion in promtool_tests")
+
+    return _TEMPLATE.sub(one, template)
+
+
+# ==============================================================================================================
+# histogram_quantile as Prometheus computes it
+# ==============================================================================================================
+def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float:
+    """Prometheus's classic-histogram quantile: `bounds` finite upper bounds, `cumulative` counts incl. +Inf last."""
+    total = cumulative[-1]
+    rank = q * total
+    index = next(i for i, c in enumerate(cumulative) if c >= rank)
+    if index == len(bounds):
+        return bounds[-1]
+    start = 0.0 if index == 0 else bounds[index - 1]
+    below = 0.0 if index == 0 else cumulative[index - 1]
+    count = cumulative[index] - below
+    return start + (bounds[index] - start) * ((rank - below) / count)
+
+
+# ==============================================================================================================
+# Inputs
+# ==============================================================================================================
+@dataclass(frozen=True)
+class Scenario:
+    """How requests of one (model, class, SLI) are spread over the buckets: share per finite bucket, rest slow."""
+
+    shares: Mapping[int, float]  # finite bucket index -> share of requests observed in that bucket
+    rpm: int = RPM
+
+
+def _series_values(per_minute: float, minutes: int) -> str:
+    return f"0+{number(per_minute)}x{minutes}"
+
+
+def _raw_labels(spec: Spec, model: str, rc: RequestClass | None) -> dict[str, str]:
+    metrics = spec.metrics
+    labels = {metrics.model_label: model}
+    if metrics.class_label is not None and rc is not None:
+        labels[metrics.class_label] = rc.name
+    labels[metrics.engine_label] = ENGINE
+    return labels
+
+
+def _histogram_inputs(
+    spec: Spec, model: str, rc: RequestClass, sli: Sli, scenario: Scenario | None, minutes: int
+) -> tuple[list[dict[str, str]], list[float]]:
+    """Input series of one histogram; returns them and the cumulative per-minute counts (+Inf last)."""
+    bounds = spec.buckets(sli)
+    name = spec.metrics.latency[sli]
+    base = _raw_labels(spec, model, rc)
+    if scenario is None:
+        per_bucket = [0.0] * (len(bounds) + 1)
+    else:
+        per_bucket = [scenario.rpm * scenario.shares.get(i, 0.0) for i in range(len(bounds))]
+        per_bucket.append(scenario.rpm - sum(per_bucket))
+    cumulative = [sum(per_bucket[: i + 1]) for i in range(len(per_bucket))]
+    out = []
+    for i, bound in enumerate([*bounds, math.inf]):
+        le = "+Inf" if math.isinf(bound) else format_le(bound)
+        out.append({"series": selector(f"{name}_bucket", [(k, "=", v) for k, v in {**base, "le": le}.items()]),
+                    "values": _series_values(cumulative[i], minutes)})  # fmt: skip
+    out.append({"series": selector(f"{name}_count", [(k, "=", v) for k, v in base.items()]),
+                "values": _series_values(cumulative[-1], minutes)})  # fmt: skip
+    return out, cumulative
+
+
+def _requests_input(spec: Spec, model: str, rc: RequestClass, per_minute: float, minutes: int) -> dict[str, str]:
+    metrics = spec.metrics
+    labels = {**_raw_labels(spec, model, rc), metrics.finish_reason_label: "stop"}
+    return {
+        "series": selector(metrics.requests_finished, [(k, "=", v) for k, v in labels.items()]),
+        "values": _series_values(per_minute, minutes),
+    }
+
+
+def _alerting_thresholds(spec: Spec, rc: RequestClass, sli: Sli) -> list[float]:
+    slo = rc.slos[sli]
+    values = [v for tier in ("acceptable", "critical") for v in slo.tiers.tier(tier).values()]
+    if slo.objective is not None:
+        values.append(slo.objective.threshold)
+        if sli is Sli.TTFT:
+            values.append(slo.objective.threshold * spec.alerting.scale_out.fraction_of_slo)
+    return values
+
+
+def _healthy_bucket(spec: Spec, rc: RequestClass, sli: Sli) -> int:
+    """The highest bucket whose upper bound is at or under every alerting threshold of the SLI."""
+    limit = min(_alerting_thresholds(spec, rc, sli), default=math.inf)
+    bounds = spec.buckets(sli)
+    fitting = [i for i, b in enumerate(bounds) if b <= limit + 1e-12]
+    return fitting[-1] if fitting else 0
+
+
+# ==============================================================================================================
+# Expected alerts
+# ==============================================================================================================
+def _start(rule: AlertRule) -> int:
+    """First evaluation (seconds) at which the rule's expression can be true: rates need two samples."""
+    if rule.kind in (AlertKind.ABSENT, AlertKind.QUEUE_OVERLOAD) or rule.name == alerts_mod.NAME_KV_FULL:
+        return 0
+    return 60
+
+
+def _for_seconds(rule: AlertRule) -> int:
+    if rule.for_ in ("", "0s"):
+        return 0
+    return int(parse_duration(rule.for_))
+
+
+def fires_at(rule: AlertRule) -> int:
+    """The first evaluation time (seconds from the start) at which the alert fires when its condition holds."""
+    moment = _start(rule) + _for_seconds(rule)
+    return math.ceil(moment / EVAL) * EVAL
+
+
+def _dur(seconds: int) -> str:
+    return prom_duration(seconds) if seconds > 0 else "0s"
+
+
+def _expected(rule: AlertRule, value: float, series_labels: Mapping[str, str]) -> dict[str, Any]:
+    labels = {**series_labels, **rule.labels}
+    annotations = {k: expand(v, value, labels) for k, v in rule.annotations.items()}
+    return {"exp_labels": dict(sorted(labels.items())), "exp_annotations": annotations}
+
+
+ValueOf = Callable[..., tuple[float, dict[str, str]]]
+
+
+def _checks(
+    rules: Sequence[AlertRule], firing: Sequence[AlertRule], value_of: ValueOf, *, timed: bool = False
+) -> list[dict[str, Any]]:
+    """alert_rule_test entries: for each rule in `firing`, just before and at its firing moment; the expected set
+    at each time holds every rule of the same alertname (in `rules`) that fires by then."""
+    tests = []
+    times = sorted({t for r in firing for t in (fires_at(r) - EVAL, fires_at(r)) if t >= 0})
+    names = sorted({r.name for r in rules})
+    for t in times:
+        for name in names:
+            expected = [
+                _expected(r, *(value_of(r, t) if timed else value_of(r)))
+                for r in firing if r.name == name and fires_at(r) <= t
+            ]  # fmt: skip
+            entry: dict[str, Any] = {"eval_time": _dur(t), "alertname": name}
+            if expected:
+                entry["exp_alerts"] = expected
+            tests.append(entry)
+    return tests
+
+
+def _silent(rules: Sequence[AlertRule], at: int) -> list[dict[str, Any]]:
+    return [{"eval_time": _dur(at), "alertname": name} for name in sorted({r.name for r in rules})]
+
+
+def _minutes_for(rules: Sequence[AlertRule]) -> int:
+    latest = max((fires_at(r) for r in rules), default=0)
+    return latest // 60 + 5
+
+
+# ==============================================================================================================
+# Test groups
+# ==============================================================================================================
+def _slo_series_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> dict[str, str]:
+    return {"service": spec.service, "model": model, "class": rc.name, "slo": sli.value}
+
+
+def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Four scenarios, each over every SLO of the spec at once: all slow, healthy, zero traffic, inconsistent."""
+    firing_kinds = (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT, AlertKind.BASELINE)
+    slos = [(rc, sli, slo, m) for rc in spec.classes for sli, slo in rc.slos.items() for m in rc.models]
+    slo_rules = [r for r in all_rules if r.kind in (*firing_kinds, AlertKind.CONSISTENCY)]
+    if not slo_rules:
+        return []
+    firing = [r for r in slo_rules if r.kind in firing_kinds]
+    consistency = [r for r in slo_rules if r.kind is AlertKind.CONSISTENCY]
+    minutes = _minutes_for(slo_rules)
+    end = (minutes - 2) * 60
+    values: dict[int, tuple[float, dict[str, str]]] = {}
+    ratios: dict[int, tuple[float, dict[str, str]]] = {}
+    slow: list[dict[str, str]] = []
+    healthy: list[dict[str, str]] = []
+    idle: list[dict[str, str]] = []
+    mixed: list[dict[str, str]] = []
+    requests_seen: set[tuple[str, str]] = set()
+    quiet_consistency = list(consistency)
+    for rc, sli, slo, model in slos:
+        bounds = spec.buckets(sli)
+        top = bounds[-1]
+        labels = _slo_series_labels(spec, model, rc, sli)
+        for rule in all_rules:
+            if rule.model != model or rule.request_class != rc.name or rule.sli is not sli:
+                continue
+            if rule.kind is AlertKind.BURN_RATE and slo.objective is not None:
+                values[id(rule)] = (1.0 / (1.0 - slo.objective.target_ratio), labels)
+            elif rule.kind is AlertKind.TIER:
+                values[id(rule)] = (top, {**labels, "quantile": _quantile_of(rule)})
+            elif rule.kind is AlertKind.SCALE_OUT and slo.objective is not None:
+                values[id(rule)] = (top / slo.objective.threshold, labels)
+            elif rule.kind is AlertKind.BASELINE:
+                values[id(rule)] = (top, labels)
+        k = _healthy_bucket(spec, rc, sli)
+        cumulative_share = [0.0] * k + [1.0] * (len(bounds) - k)
+        p50 = histogram_quantile(0.5, bounds, [*cumulative_share, 1.0])
+        p99 = histogram_quantile(0.99, bounds, [*cumulative_share, 1.0])
+        if slo.consistency is not None and p99 / p50 > slo.consistency.max_p99_over_p50:
+            quiet_consistency = [r for r in quiet_consistency if not (r.model == model and r.request_class == rc.name
+                                                                      and r.sli is sli)]  # fmt: skip
+        baseline = selector(schema.RECORD_P99_BASELINE, [(k2, "=", v) for k2, v in labels.items()])
+        slow += _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes)[0]
+        slow.append({"series": baseline, "values": f"{number(bounds[0])}x{minutes}"})
+        healthy += _histogram_inputs(spec, model, rc, sli, Scenario({k: 1.0}), minutes)[0]
+        healthy.append({"series": baseline, "values": f"{number(p99)}x{minutes}"})
+        idle += _histogram_inputs(spec, model, rc, sli, None, minutes)[0]
+        idle.append({"series": baseline, "values": f"{number(p99)}x{minutes}"})
+        if slo.consistency is not None:
+            series, cumulative = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes)
+            mixed += series
+            ratio = histogram_quantile(0.99, bounds, cumulative) / histogram_quantile(0.5, bounds, cumulative)
+            for rule in consistency:
+                if rule.model == model and rule.request_class == rc.name and rule.sli is sli:
+                    ratios[id(rule)] = (ratio, labels)
+        if (model, rc.name) not in requests_seen:
+            requests_seen.add((model, rc.name))
+            slow.append(_requests_input(spec, model, rc, RPM, minutes))
+            healthy.append(_requests_input(spec, model, rc, RPM, minutes))
+            idle.append(_requests_input(spec, model, rc, 0, minutes))
+            mixed.append(_requests_input(spec, model, rc, RPM, minutes))
+    notes = [s.reason() for s in alerts_mod.skipped_burn_tiers(spec)]
+    name = "every request slower than every threshold: burn-rate, tier, scale-out and baseline alerts fire"
+    if notes:
+        name += " (" + "; ".join(notes) + ")"
+    zero: dict[str, Any] = {
+        "name": "zero traffic: series exist and stand still; nothing fires, error ratios and burn rates are 0",
+        "interval": "1m", "input_series": idle,
+        "alert_rule_test": _silent([*firing, *consistency], end),
+    }  # fmt: skip
+    exprs = []
+    for rc, sli, slo, model in slos:
+        if slo.objective is None:
+            continue
+        labels = _slo_series_labels(spec, model, rc, sli)
+        for window in ("5m", prom_duration(spec.window)):
+            for record in (schema.record_error_ratio(window), schema.record_burn_rate(window)):
+                matchers = sorted((k2, "=", v) for k2, v in labels.items())
+                exprs.append({"expr": selector(record, matchers), "eval_time": "10m",
+                              "exp_samples": [{"labels": selector(record, matchers), "value": 0}]})  # fmt: skip
+    if exprs:
+        zero["promql_expr_test"] = exprs
+    groups: list[dict[str, Any]] = [
+        {"name": name, "interval": "1m", "input_series": slow,
+         "alert_rule_test": _checks(firing, firing, lambda r: values[id(r)])},
+        {"name": "healthy: every request in the highest bucket under every alerting threshold", "interval": "1m",
+         "input_series": healthy, "alert_rule_test": _silent([*firing, *quiet_consistency], end)},
+        zero,
+    ]  # fmt: skip
+    if consistency:
+        groups.append({"name": "inconsistent: 60% of requests fast, 40% slow", "interval": "1m",
+                       "input_series": mixed, "alert_rule_test": _checks(consistency, consistency,
+                                                                         lambda r: ratios[id(r)])})  # fmt: skip
+    return groups
+
+
+def _quantile_of(rule: AlertRule) -> str:
+    match = re.search(r'quantile="([^"]+)"', rule.expr)
+    return match.group(1) if match else ""
+
+
+def prom_rate(at: int, per_minute: float, window: int = 300) -> float:
+    """`rate(x[5m])` at `at` seconds for a counter sampled every minute from t=0 at `per_minute` per minute, with
+    Prometheus 2's extrapolation (inclusive range, extrapolation towards the counter's zero)."""
+    times = [t for t in range(0, at + 1, 60) if t >= at - window]
+    if len(times) < 2:
+        return math.nan
+    first, last = times[0], times[-1]
+    result = per_minute * (last - first) / 60
+    sampled = last - first
+    average = sampled / (len(times) - 1)
+    to_start: float = first - (at - window)
+    to_end: float = at - last
+    first_value = per_minute * first / 60
+    if result > 0 and first_value >= 0:
+        to_start = min(to_start, sampled * (first_value / result))
+    threshold = average * 1.1
+    interval = sampled + (to_start if to_start < threshold else average / 2)
+    interval += to_end if to_end < threshold else average / 2
+    return result * (interval / sampled) / window
+
+
+def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Every model's engine at once: full and preempting, healthy, idle."""
+    metrics = spec.metrics
+    rules = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)]
+    if not rules:
+        return []
+    minutes = _minutes_for(rules)
+    end = (minutes - 2) * 60
+
+    def inputs(full: bool, busy: bool) -> list[dict[str, str]]:
+        out = []
+        for model in spec.models:
+            m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
+            running = model.max_num_seqs if full else (max(1, model.max_num_seqs // 2) if busy else 0)
+            out += [
+                {"series": selector(metrics.requests_waiting, m), "values": f"{5 if full else 0}x{minutes}"},
+                {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
+                {"series": selector(metrics.kv_cache_usage, m),
+                 "values": f"{number(0.99 if full else 0.5 if busy else 0)}x{minutes}"},
+                {"series": selector(metrics.preemptions, m), "values": _series_values(60 if full else 0, minutes)},
+                {"series": selector(metrics.generation_tokens, m),
+                 "values": _series_values(600 if busy else 0, minutes)},
+            ]  # fmt: skip
+        return out
+
+    def value(rule: AlertRule, at: int) -> tuple[float, dict[str, str]]:
+        labels = {"service": spec.service, "model": rule.model or "", "engine": ENGINE}
+        if rule.kind is AlertKind.QUEUE_OVERLOAD:
+            return 5.0, labels
+        if rule.name == alerts_mod.NAME_KV_FULL:
+            return 0.99, labels
+        return prom_rate(at, 60), labels
+
+    return [
+        {"name": "engines full and queueing, KV cache at 99%, preempting 1/s", "interval": "1m",
+         "input_series": inputs(True, True), "alert_rule_test": _checks(rules, rules, value, timed=True)},
+        {"name": "engines healthy: half full, nothing waiting", "interval": "1m",
+         "input_series": inputs(False, True), "alert_rule_test": _silent(rules, end)},
+        {"name": "engines idle: zero traffic", "interval": "1m",
+         "input_series": inputs(False, False), "alert_rule_test": _silent(rules, end)},
+    ]  # fmt: skip
+
+
+def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    rules = [r for r in all_rules if r.kind is AlertKind.ABSENT]
+    if not rules:
+        return []
+    minutes = _minutes_for(rules)
+    model_label = spec.metrics.model_label
+
+    def value(rule: AlertRule) -> tuple[float, dict[str, str]]:
+        return 1.0, {model_label: rule.model or ""}
+
+    present = []
+    idle = []
+    for rule in rules:
+        metric, _ = alerts_mod.absent_metric(spec, rule.model or "")
+        series = selector(metric, [(model_label, "=", rule.model or ""), ("engine", "=", ENGINE)])
+        present.append({"series": series, "values": _series_values(RPM, minutes)})
+        idle.append({"series": series, "values": _series_values(0, minutes)})
+    end = minutes * 60 - 120
+    return [
+        {"name": "no latency metrics for any model", "interval": "1m",
+         "input_series": [{"series": 'up{job="elsewhere"}', "values": f"1x{minutes}"}],
+         "alert_rule_test": _checks(rules, rules, value)},
+        {"name": "latency metrics present for every model", "interval": "1m", "input_series": present,
+         "alert_rule_test": _silent(rules, end)},
+        {"name": "latency metrics present, zero traffic", "interval": "1m", "input_series": idle,
+         "alert_rule_test": _silent(rules, end)},
+    ]  # fmt: skip
+
+
+def unit_tests(spec: Spec) -> dict[str, Any]:
+    """The promtool test file for one spec's rule file (which sits beside it in rules/)."""
+    all_rules = [r for g in rule_groups(spec) for r in g.rules if isinstance(r, AlertRule)]
+    tests = [*_slo_groups(spec, all_rules), *_engine_groups(spec, all_rules), *_absent_groups(spec, all_rules)]
+    return {
+        "rule_files": [rules_path(spec).removeprefix("rules/")],
+        "evaluation_interval": f"{EVAL}s",
+        # Groups in file order, as dependencies run (promtool's default order is by name).
+        "group_eval_order": [g.name for g in rule_groups(spec)],
+        "tests": tests,
+    }
 
 
 def files(spec: Spec) -> dict[str, Any]:
-    """No files yet."""
-    return {}
+    """`rules/<service>.rules.test.yaml`."""
+    return {f"rules/{spec.service}.rules.test.yaml": unit_tests(spec)}
+
+
+__all__ = ["expand", "files", "fires_at", "histogram_quantile", "humanize_duration", "unit_tests"]
