@@ -28,6 +28,7 @@ from slokit import schema
 from slokit.cli import app
 from slokit.commands.exporter import exporter_app
 from slokit.generate import generate_all, k8s
+from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -322,6 +323,16 @@ def test_custom_histogram_buckets_reach_the_vllm_command_line() -> None:
     args = _containers(dep)["vllm"]["args"]
     flag = json.loads(args[args.index("--custom-histogram-buckets") + 1])
     assert flag == {"time_to_first_token": [0.1, 0.25, 0.3, 0.5, 0.75, 1.0, 2.5]}
+
+
+def test_a_model_without_a_ttft_objective_gets_no_autoscaler() -> None:
+    text = (EXAMPLES[0].parent / "summarize.yaml").read_text()
+    text = text.replace("      ttft:\n        objective: {percentile: 90, threshold: 5s}\n", "")
+    spec = load_spec_text(text, "summarize.yaml")
+    assert not any(Sli.TTFT in rc.slos for rc in spec.classes)
+    out = k8s.files(spec)
+    assert not [path for path in out if path.endswith(("-hpa.yaml", "-keda.yaml", "-prometheus-adapter.yaml"))]
+    assert "exporters/summarize-qwen2-72b-deployment.yaml" in out
 
 
 def test_the_output_is_deterministic(specs: list[Spec]) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from slokit import __version__, schema
 from slokit.generate.writer import to_yaml
-from slokit.schema import Source
+from slokit.schema import Sli, Source
 from slokit.spec import Model, Spec
 from slokit.units import format_le
 
@@ -445,19 +445,34 @@ def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
     }
 
 
+def has_scale_out_signal(spec: Spec, model: Model) -> bool:
+    """Whether the rules record the scale-out signal for a model: some class on it has a TTFT objective."""
+    return any(
+        model.name in rc.models and (slo := rc.slos.get(Sli.TTFT)) is not None and slo.objective is not None
+        for rc in spec.classes
+    )
+
+
 def files(spec: Spec) -> dict[str, Any]:
     """Every Kubernetes object for one spec: `exporters/<service>-<kind>.yaml` and per model
-    `exporters/<service>-<model>-<kind>.yaml`."""
+    `exporters/<service>-<model>-<kind>.yaml`.
+
+    A model none of whose classes has a TTFT objective gets no autoscaler: the rules record no scale-out signal
+    for it, and an HPA on a missing external metric would only report errors.
+    """
     base = f"exporters/{object_name(spec.service)}"
     out: dict[str, Any] = {}
     if spec.source is Source.SLOKIT:
         out[f"{base}-configmap.yaml"] = configmap(spec)
     out[f"{base}-podmonitor.yaml"] = pod_monitor(spec)
-    out[f"{base}-prometheus-adapter.yaml"] = adapter_configmap(spec)
+    scaled = [model for model in spec.models if has_scale_out_signal(spec, model)]
+    if scaled:
+        out[f"{base}-prometheus-adapter.yaml"] = adapter_configmap(spec)
     for model in spec.models:
         prefix = f"exporters/{deployment_name(spec, model)}"
         out[f"{prefix}-deployment.yaml"] = deployment(spec, model)
         out[f"{prefix}-service.yaml"] = service(spec, model)
-        out[f"{prefix}-hpa.yaml"] = hpa(spec, model)
-        out[f"{prefix}-keda.yaml"] = scaled_object(spec, model)
+        if model in scaled:
+            out[f"{prefix}-hpa.yaml"] = hpa(spec, model)
+            out[f"{prefix}-keda.yaml"] = scaled_object(spec, model)
     return out
