@@ -24,7 +24,7 @@ from slokit.demo import (
     contract_gaps,
     demo_class,
     demo_rule_groups,
-    expected_alert,
+    expected_alerts,
     first_query,
     load_demo_spec,
     runbook_section,
@@ -84,7 +84,7 @@ def test_demo_spec_needs_exactly_one_model(tmp_path: Path) -> None:
 
 
 # -- the expected alert -------------------------------------------------------------------------------------------
-def test_expected_alert_is_a_page_on_the_class_ttft_preferring_fast_kinds() -> None:
+def test_expected_alerts_are_the_pages_on_the_class_ttft_slo() -> None:
     spec = load_demo_spec(DEMO_SPEC)
     rules = [
         _rule("SlokitQueue", AlertKind.QUEUE_OVERLOAD, "critical", sli=None),
@@ -92,12 +92,20 @@ def test_expected_alert_is_a_page_on_the_class_ttft_preferring_fast_kinds() -> N
         _rule("SlokitTierTicket", AlertKind.TIER, "warning"),
         _rule("SlokitTier", AlertKind.TIER, "critical"),
         _rule("SlokitOtherClass", AlertKind.TIER, "critical", cls="batch"),
+        _rule("SlokitItl", AlertKind.TIER, "critical", sli=Sli.ITL),
     ]
-    assert expected_alert(rules, spec, "chat").name == "SlokitTier"
-    assert expected_alert(rules[:2], spec, "chat").name == "SlokitBurn"
-    assert expected_alert(rules[:1], spec, "chat").name == "SlokitQueue"
+    assert [r.name for r in expected_alerts(rules, spec, "chat")] == ["SlokitTier", "SlokitBurn"]
     with pytest.raises(DemoInputError, match="no page"):
-        expected_alert(rules[2:3], spec, "chat")
+        expected_alerts(rules[:1] + rules[2:3], spec, "chat")
+
+
+def test_expected_alerts_exist_for_the_bundled_demo_spec() -> None:
+    from slokit.generate.alerts import alert_rules
+
+    spec = load_demo_spec(DEMO_SPEC)
+    found = expected_alerts(alert_rules(spec), spec, "chat")
+    assert {r.kind for r in found} == {AlertKind.TIER, AlertKind.BURN_RATE}
+    assert all(r.annotations["runbook_url"].endswith("#" + r.anchor) for r in found)
 
 
 def test_alert_matching_and_contract() -> None:
