@@ -7,6 +7,11 @@ loop reads the socket, and the first thing it does is take a `time.perf_counter(
 the body (chunked or Content-Length) and stores `(stamp, bytes)`; SSE and JSON parsing happen later, off the
 measured path (`parse_stream`). No task wakes up per chunk.
 
+Better still, on Linux plain-http connections read with `recvmsg` and `SO_TIMESTAMPNS`: the stamp is the time
+the kernel received the bytes, so a busy event loop (1,000 streams emitting in the same engine step on two cores)
+delays when a chunk is *processed*, not when it is *stamped*. Kernel stamps are CLOCK_REALTIME; they are moved
+onto the perf_counter clock with an offset read at the same moment, and never allowed past the read time.
+
 Scope: HTTP/1.1 over TCP or TLS, keep-alive, chunked and Content-Length bodies; no proxies, redirects or HTTP/2
 (an inference endpoint does not need them).
 """
@@ -17,11 +22,14 @@ import asyncio
 import contextlib
 import json
 import math
+import socket
 import ssl
+import struct
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 Api = Literal["completions", "chat"]
@@ -91,12 +99,105 @@ class RawResponse:
         return not math.isnan(self.t_first_byte)
 
 
+class _Writer(Protocol):
+    """What a connection needs from its transport (asyncio's, or `_StampingTransport`)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+_SO_TIMESTAMPNS = 35  # Linux asm-generic SO_TIMESTAMPNS(_OLD); its cmsg carries a struct timespec
+_KERNEL_STAMPS = sys.platform == "linux"
+_ANCILLARY = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_READ_SIZE = 1 << 18
+
+
+class _StampingTransport:
+    """A minimal non-blocking TCP transport that stamps each read with the kernel's receive time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: _Connection) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.conn = conn
+        self.fd = sock.fileno()
+        self.pending = b""
+        self.closed = False
+        loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, _ANCILLARY)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        now = time.perf_counter()
+        if not data:
+            self._lost(None)
+            return
+        stamp = now
+        for level, kind, cdata in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(cdata) >= 16:
+                seconds, nanos = struct.unpack("qq", cdata[:16])
+                kernel = seconds + nanos * 1e-9 - (time.time() - time.perf_counter())
+                if now - 5.0 < kernel <= now:  # a sane stamp on the same clock; else keep the read time
+                    stamp = kernel
+        self.conn.stamped_data(stamp, data)
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.pending:
+            self.pending += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if sent < len(data):
+            self.pending = data[sent:]
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self.pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        self.pending = self.pending[sent:]
+        if not self.pending:
+            self.loop.remove_writer(self.fd)
+
+    def abort(self) -> None:
+        self._lost(None, notify=False)
+
+    def _lost(self, exc: Exception | None, notify: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        if self.pending:
+            self.loop.remove_writer(self.fd)
+        self.sock.close()
+        if notify:
+            self.conn.connection_lost(exc)
+        else:
+            self.loop.call_soon(self.conn.connection_lost, exc)
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection carrying one request at a time."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.transport: asyncio.Transport | None = None
+        self.transport: _Writer | None = None
         self.closed = False
         self.used = 0  # requests sent on this connection
         self._future: asyncio.Future[RawResponse] | None = None
@@ -110,12 +211,14 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
+        self.stamped_data(time.perf_counter(), data)
+
+    def stamped_data(self, now: float, data: bytes) -> None:
+        """Bytes that arrived at `now` (perf_counter seconds)."""
         response = self._response
         if self._future is None or self._future.done():
             return  # bytes nobody asked for (after a timeout): the connection is closed below
@@ -319,6 +422,8 @@ class HttpClient:
 
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
+        if self._ssl is None and _KERNEL_STAMPS and _ANCILLARY:
+            return await self._open_stamping(loop)
         try:
             _, protocol = await asyncio.wait_for(
                 loop.create_connection(lambda: _Connection(loop), self.url.host, self.url.port, ssl=self._ssl),
@@ -332,6 +437,37 @@ class HttpClient:
             raise ConnectError(f"cannot connect to {self.url.host_header}: {exc.strerror or exc}") from None
         self._all.add(protocol)
         return protocol
+
+    async def _open_stamping(self, loop: asyncio.AbstractEventLoop) -> _Connection:
+        where = self.url.host_header
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(self.url.host, self.url.port, type=socket.SOCK_STREAM), self.connect_timeout
+            )
+        except (TimeoutError, OSError) as exc:
+            raise ConnectError(f"cannot resolve {self.url.host}: {exc}") from None
+        last: str = "no address"
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, address), self.connect_timeout)
+            except TimeoutError:
+                sock.close()
+                last = f"timed out after {self.connect_timeout:g}s"
+                continue
+            except OSError as exc:
+                sock.close()
+                last = exc.strerror or str(exc)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):  # without kernel stamps the read time is used
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            conn = _Connection(loop)
+            conn.connection_made(_StampingTransport(loop, sock, conn))
+            self._all.add(conn)
+            return conn
+        raise ConnectError(f"cannot connect to {where}: {last}")
 
     def build(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> bytes:
         """The request bytes (built once, before a load level starts)."""
