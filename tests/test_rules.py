@@ -1,0 +1,131 @@
+"""Unit tests of the rule and alert generators: structure, names, guards and the window tiling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slokit import promql, schema
+from slokit.generate import alerts, promtool_tests, rules
+from slokit.generate.model import AlertRule, RecordingRule
+from slokit.spec import Spec, load_spec
+from slokit.units import prom_duration
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+@pytest.fixture(params=EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def spec(request: pytest.FixtureRequest) -> Spec:
+    return load_spec(request.param)
+
+
+def _records(spec: Spec) -> list[RecordingRule]:
+    return [r for g in rules.rule_groups(spec) for r in g.rules if isinstance(r, RecordingRule)]
+
+
+def test_files_are_the_rule_file_and_a_prometheus_rule(spec: Spec) -> None:
+    out = rules.files(spec)
+    assert set(out) == {f"rules/{spec.service}.rules.yaml", f"exporters/{spec.service}.prometheusrule.yaml"}
+    obj = out[f"exporters/{spec.service}.prometheusrule.yaml"]
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1" and obj["kind"] == "PrometheusRule"
+    assert obj["spec"]["groups"] == out[f"rules/{spec.service}.rules.yaml"]["groups"]
+    assert rules.files(spec) == out  # deterministic
+
+
+def test_every_window_is_recorded_and_long_windows_never_read_raw_ranges(spec: Spec) -> None:
+    records = {r.record: r for r in _records(spec)}
+    for window in ("5m", "30m", "1h", "2h", "6h", "1d", "3d", prom_duration(spec.window)):
+        for name in (
+            schema.record_sli_total(window),
+            schema.record_error_ratio(window),
+            schema.record_burn_rate(window),
+        ):
+            assert name in records, name
+    for window in ("30m", "1h", "2h", "6h", "1d", "3d", prom_duration(spec.window)):
+        expr = records[schema.record_sli_total(window)].expr
+        assert "[" not in expr, f"{window} reads a range: {expr}"
+        assert "avg_over_time" not in expr
+    assert schema.RECORD_ERROR_BUDGET_REMAINING in records
+    assert schema.RECORD_SCALE_OUT in records or spec.service == "summarize"
+    assert schema.RECORD_P99_BASELINE in records
+
+
+def test_tiles_cover_the_window_exactly_on_each_source_grid(spec: Spec) -> None:
+    for plan in rules.window_plans(spec):
+        if not plan.blocks:
+            continue
+        assert sum(b.window for b in plan.blocks) == pytest.approx(plan.window)
+        end = 0.0
+        for block in plan.blocks:
+            assert block.offset == pytest.approx(end)
+            end += block.window
+            assert block.offset % rules.window_interval(block.window) == 0
+    plans = {p.window: p for p in rules.window_plans(spec)}
+    assert len(plans[28 * 86400.0].blocks) <= 10  # 9 x 3d + 1d
+
+
+def test_error_ratio_is_guarded_against_zero_traffic(spec: Spec) -> None:
+    for record in _records(spec):
+        if record.record.startswith("slokit:sli_error:ratio"):
+            assert "> 0)" in record.expr and "* 0" in record.expr
+
+
+def test_le_matchers_accept_prometheus_2_and_3_spellings() -> None:
+    assert promql.le_matcher(0.5) == ("le", "=", "0.5")
+    assert promql.le_matcher(1.0) == ("le", "=~", "1\\.0|1")
+    assert promql.le_matcher(20) == ("le", "=~", "20\\.0|20")
+
+
+def test_vllm_source_writes_class_as_a_static_label() -> None:
+    spec = load_spec(ROOT / "examples" / "assistant-vllm.yaml")
+    bucket_rules = [r for r in _records(spec) if r.record == schema.RECORD_LATENCY_BUCKET_RATE]
+    assert bucket_rules
+    for rule in bucket_rules:
+        assert "model_name" in rule.expr and '"class", "' in rule.expr
+        assert "slokit_" not in rule.expr.split("rate(")[1].split("{")[0]
+
+
+def test_alerts_carry_the_contract_labels_and_unique_runbook_sections(spec: Spec) -> None:
+    found = alerts.alert_rules(spec)
+    assert found
+    anchors = [a.anchor for a in found]
+    assert len(anchors) == len(set(anchors))
+    for alert in found:
+        assert isinstance(alert, AlertRule)
+        assert alert.name.startswith("Slokit")
+        assert alert.labels["severity"] in (spec.alerting.severity.page, spec.alerting.severity.ticket)
+        assert alert.labels["service"] == spec.service
+        assert set(alert.annotations) == {"summary", "description", "runbook_url"}
+        assert alert.annotations["runbook_url"].endswith("#" + alert.anchor)
+        assert "{{" not in alert.annotations["summary"]
+        if alert.request_class is not None:
+            assert alert.labels["class"] == alert.request_class and alert.labels["slo"]
+
+
+def test_impossible_burn_tiers_are_left_out_and_named() -> None:
+    spec = load_spec(ROOT / "examples" / "summarize.yaml")  # ttft objective 90%: 13.44 x 0.1 >= 1
+    skipped = alerts.skipped_burn_tiers(spec)
+    assert [(s.request_class, s.sli.value, s.window.long) for s in skipped] == [("batch", "ttft", 3600)]
+    burn = [a for a in alerts.alert_rules(spec) if a.name == alerts.NAME_BURN and a.sli is not None]
+    assert not [a for a in burn if a.sli.value == "ttft" and a.labels["long"] == "1h"]
+    tests = promtool_tests.unit_tests(spec)
+    assert any("left out for batch ttft" in t["name"] for t in tests["tests"])
+
+
+def test_template_expansion_matches_prometheus_formatting() -> None:
+    assert promtool_tests.humanize_duration(2560) == "42m 40s"
+    assert promtool_tests.humanize_duration(0.25) == "250ms"
+    assert promtool_tests.humanize_duration(60) == "1m 0s"
+    assert promtool_tests.humanize_percentage(0.99) == "99%"
+    assert (
+        promtool_tests.expand('{{ $value | printf "%.2f" }}x {{ $labels.engine }}', 19.99999, {"engine": "0"})
+        == "20.00x 0"
+    )
+
+
+def test_histogram_quantile_matches_prometheus_interpolation() -> None:
+    bounds = (0.1, 0.5, 1.0)
+    assert promtool_tests.histogram_quantile(0.5, bounds, [0, 10, 10, 10]) == pytest.approx(0.3)
+    assert promtool_tests.histogram_quantile(0.99, bounds, [0, 0, 0, 10]) == 1.0  # +Inf: top finite bound
