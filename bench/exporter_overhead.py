@@ -87,7 +87,7 @@ class FrontendSim:
         from vllm.sampling_params import SamplingParams
         from vllm.v1.engine import EngineCoreRequest
 
-        external = external_id or f"cmpl-{next(self.counter):08d}"
+        external = external_id or f"cmpl-{self.seed}-{next(self.counter):08d}"
         request = EngineCoreRequest(
             request_id=f"{external}-{self.random.getrandbits(32):08x}",
             prompt_token_ids=[1] * prompt_tokens,

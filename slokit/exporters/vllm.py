@@ -80,12 +80,16 @@ class _Tracked:
         "gen_seen",
         "internal_id",
         "last_ts",
+        "processor",
         "prompt_tokens",
         "stats",
     )
 
-    def __init__(self, cls: int, stats: Any, internal_id: str, external_id: str, prompt_tokens: int, drill: bool):
+    def __init__(
+        self, cls: int, stats: Any, internal_id: str, external_id: str, prompt_tokens: int, drill: bool, processor: Any
+    ) -> None:
         self.cls = cls
+        self.processor = processor  # the OutputProcessor holding the request (one per AsyncLLM)
         self.stats = stats
         self.internal_id = internal_id
         self.external_id = external_id
@@ -171,7 +175,6 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         self._build_metrics(spec, max_model_len)
         self._pending: dict[str, _Tracked] = {}  # internal id -> admitted, no first token yet (arrival order)
         self._by_external: dict[str, list[_Tracked]] = {}
-        self._processor: Any = None
         self._next_sweep = 0.0
         self._engines: dict[int, _Engine] = {i: _Engine(self, i) for i in self.engine_indexes}
         self._reason_names: dict[int, str] = {}
@@ -391,11 +394,15 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         entries = self._by_external.get(request.request_id) if self.tracking else None
         if entries:
             tracked = entries[0]
-            if len(entries) > 1:  # n > 1 or a reused X-Request-Id: the child with this token count
-                for candidate in entries:
-                    if candidate.stats.num_generation_tokens == request.num_generation_tokens:
-                        tracked = candidate
-                        break
+            if len(entries) > 1:  # n > 1 or a reused X-Request-Id: the best match on this engine
+                tracked = max(
+                    entries,
+                    key=lambda c: (
+                        c.engine is engine,
+                        c.stats.num_generation_tokens == request.num_generation_tokens,
+                        c.stats.last_token_ts,
+                    ),
+                )
             entries.remove(tracked)
             if not entries:
                 del self._by_external[request.request_id]
@@ -441,13 +448,9 @@ class SlokitStatLogger(AggregateStatLoggerBase):
 
     def _sweep(self) -> None:
         """Requests vLLM dropped without a finished record (client aborts): count them as `abort`, forget them."""
-        processor = self._processor
-        if processor is None:
-            return
-        live = processor.request_states
-        gone = [t for t in self._pending.values() if t.internal_id not in live]
+        gone = [t for t in self._pending.values() if t.internal_id not in t.processor.request_states]
         for engine in self._engines.values():
-            gone.extend(t for t in engine.decoding.values() if t.internal_id not in live)
+            gone.extend(t for t in engine.decoding.values() if t.internal_id not in t.processor.request_states)
         for tracked in gone:
             entries = self._by_external.get(tracked.external_id)
             if entries and tracked in entries:
@@ -477,13 +480,13 @@ class SlokitStatLogger(AggregateStatLoggerBase):
                     return
             if internal_id in self._pending:
                 return  # a streaming-input update of a request already tracked
-            self._processor = processor
             header = CLASS_HEADER_VAR.get()
             token_ids = request.prompt_token_ids
             prompt_tokens = len(token_ids) if token_ids is not None else int(getattr(state, "prompt_len", 0) or 0)
             cls = self.classes.classify(header, request.priority, prompt_tokens)
             external_id = getattr(request, "external_req_id", None) or internal_id
-            tracked = _Tracked(cls, state.stats, internal_id, external_id, prompt_tokens, self.classes.is_drill(header))
+            drill = self.classes.is_drill(header)
+            tracked = _Tracked(cls, state.stats, internal_id, external_id, prompt_tokens, drill, processor)
             self._pending[internal_id] = tracked
             self._by_external.setdefault(external_id, []).append(tracked)
             self._class_waiting[cls][0] += 1
