@@ -430,3 +430,28 @@ def test_adapter_config_has_only_keys_prometheus_adapter_reads(objects: dict[str
                 assert set(rule["name"]) <= {"matches", "as"}
                 assert rule["resources"] == {"namespaced": False}
                 assert re.fullmatch(rule["name"]["matches"], schema.RECORD_SCALE_OUT)
+
+
+@pytest.mark.vllm
+def test_vllm_serve_accepts_the_generated_command_line(specs: list[Spec]) -> None:
+    """vLLM's own `vllm serve` parser and validation read the container arguments as meant."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+    text = (EXAMPLES[0].parent / "assistant-vllm.yaml").read_text()
+    text = text.replace('vllm: {version: "0.32"}', 'vllm: {version: "0.32", custom_histogram_buckets: '
+                        '{time_to_first_token: [0.1, 0.25, 0.3, 0.5, 0.75, 1, 2.5]}}')  # fmt: skip
+    for spec in [*specs, load_spec_text(text, "custom.yaml")]:
+        for model in spec.models:
+            args = _containers(k8s.deployment(spec, model))["vllm"]["args"]
+            parsed = parser.parse_args(["serve", *args])
+            ServeSubcommand().validate(parsed)
+            assert parsed.model_tag == args[0]
+            assert parsed.served_model_name == [model.name]
+            assert parsed.tensor_parallel_size == model.tensor_parallel
+            assert parsed.max_num_seqs == model.max_num_seqs
+            assert parsed.port == k8s.VLLM_PORT
+            if spec.vllm.custom_histogram_buckets:
+                assert parsed.custom_histogram_buckets == {"time_to_first_token": [0.1, 0.25, 0.3, 0.5, 0.75, 1.0, 2.5]}
