@@ -9,6 +9,7 @@ import functools
 import json
 import re
 import shlex
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 from slokit import schema
 from slokit.cli import app
 from slokit.commands.exporter import exporter_app
+from slokit.exporters.nvml import parse_uuid_list
 from slokit.generate import generate_all, k8s
 from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
@@ -455,3 +457,40 @@ def test_vllm_serve_accepts_the_generated_command_line(specs: list[Spec]) -> Non
             assert parsed.port == k8s.VLLM_PORT
             if spec.vllm.custom_histogram_buckets:
                 assert parsed.custom_histogram_buckets == {"time_to_first_token": [0.1, 0.25, 0.3, 0.5, 0.75, 1.0, 2.5]}
+
+
+@pytest.mark.parametrize("smi", ["works", "fails", "missing"])
+def test_the_vllm_entry_script_writes_the_gpu_file_and_always_starts_vllm(tmp_path: Path, smi: str) -> None:
+    """The generated shell, run by a real /bin/sh with stand-ins for nvidia-smi and vllm on PATH."""
+    spec = load_spec(EXAMPLES[0])
+    vllm = _containers(k8s.deployment(spec, spec.models[0]))["vllm"]
+    gpu_file = tmp_path / "run" / "gpus"
+    gpu_file.parent.mkdir()
+    script = vllm["command"][2].replace(k8s.GPU_FILE, str(gpu_file))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    uuids = ["GPU-8e2f3c1a-0000-4000-8000-000000000001", "GPU-1c0a9b7d-0000-4000-8000-000000000002"]
+    if smi != "missing":
+        body = "printf '%s\\n' " + " ".join(uuids) if smi == "works" else "echo 'NVIDIA-SMI has failed' >&2; exit 9"
+        (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\n{body}\n")
+    (bin_dir / "vllm").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/vllm-args\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    if smi == "missing":
+        env["PATH"] = str(bin_dir)  # no nvidia-smi anywhere; mv and printf come from the shell or bin_dir
+        for tool in ("mv", "printf"):
+            found = shutil.which(tool, path="/usr/bin:/bin")
+            if found:
+                (bin_dir / tool).symlink_to(found)
+    result = subprocess.run(
+        ["/bin/sh", "-c", script, *vllm["command"][3:], *vllm["args"]], env=env, capture_output=True, text=True,
+        timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "vllm-args").read_text().split() == ["serve", *vllm["args"]]
+    if smi == "works":
+        assert parse_uuid_list(gpu_file.read_text()) == tuple(uuids)
+    else:
+        assert not gpu_file.exists()
+        assert "the gpu-exporter sidecar will watch none" in result.stderr
