@@ -120,6 +120,8 @@ class DemoResult:
     runbook_query: str = ""
     queue_depth: float | None = None
     healthy_requests: int = 0
+    seconds_to_fire: float | None = None  # from the start of the fault to the page firing in Prometheus
+    seconds_to_notify: float | None = None  # from the page firing (as the demo saw it) to the webhook receiving it
     fault_requests: int = 0
     pids: dict[str, int] = field(default_factory=dict)  # process name -> pid, for the "all stopped" check
     ports: dict[str, int] = field(default_factory=dict)
@@ -656,6 +658,23 @@ def _signals_held() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _fire_time(alert: Mapping[str, Any], rule: AlertRule) -> float | None:
+    """When an alert instance started firing (unix seconds): Prometheus's `activeAt` (start of pending) plus the
+    rule's `for:`; None when Prometheus did not say."""
+    import datetime
+
+    from slokit.units import parse_duration
+
+    active = str(alert.get("activeAt", ""))
+    match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", active)
+    if not match:
+        return None
+    fraction = (match.group(2) or ".0")[:7]
+    zone = "+00:00" if match.group(3) == "Z" else match.group(3)
+    started = datetime.datetime.fromisoformat(f"{match.group(1)}{fraction}{zone}").timestamp()
+    return started + (parse_duration(rule.for_) if rule.for_ else 0.0)
+
+
 def _scalar(result: QueryResult) -> float | None:
     values = [s.value for s in result.samples if not math.isnan(s.value)]
     return max(values) if values else None
@@ -668,7 +687,8 @@ def _fmt_seconds(value: float | None) -> str:
 
 
 class _Story:
-    """The steps, sharing the stack's handles. `run()` fills `result`; the caller's ExitStack stops everything."""
+    """The steps of the story, in the order `run_demo` calls them, sharing the stack's handles. Each step records
+    its checks in `result`; whatever a step starts goes onto the caller's ExitStack, which stops it."""
 
     def __init__(self, spec: Spec, config: DemoConfig, reporter: Reporter, result: DemoResult) -> None:
         self.spec = spec
@@ -689,6 +709,7 @@ class _Story:
         self.webhook: WebhookReceiver | None = None
         self.engine: Engine | None = None
         self.tokens_per_word = 1.0
+        self._fired_at = time.time()
 
     # -- selectors (metric names from the schema; label names from the source) -------------------------------
     def _selector(self, with_class: bool) -> str:
@@ -715,7 +736,7 @@ class _Story:
             return None
 
     # -- steps ------------------------------------------------------------------------------------------------
-    def generate(self, stack: contextlib.ExitStack) -> None:
+    def generate(self) -> None:
         self.out.step("Generate rules, alerts, dashboards and the runbook from the demo spec")
         self.files = generate_all([self.spec])
         write_files(self.files, self.result.output, check=False)
@@ -957,6 +978,7 @@ class _Story:
         assert self.prometheus is not None and self.candidates
         deadline = time.monotonic() + self.config.alert_timeout
         started = time.monotonic()
+        fault_started = time.time()
         peak_waiting = 0.0
         while time.monotonic() < deadline:
             if not load.running:
@@ -972,7 +994,10 @@ class _Story:
                     url = str(alert.get("annotations", {}).get("runbook_url", ""))
                     self.rule = next((r for r in matching if url.endswith(f"#{r.anchor}")), matching[0])
                     self.result.expected_alert = self.rule.name
-                    self.out.step(f"Prometheus: {self.rule.name} is firing ({elapsed:.0f}s into the fault)")
+                    self._fired_at = _fire_time(alert, self.rule) or time.time()
+                    self.result.seconds_to_fire = max(0.0, self._fired_at - fault_started)
+                    fired = self.result.seconds_to_fire if self.result.seconds_to_fire is not None else elapsed
+                    self.out.step(f"Prometheus: {self.rule.name} is firing (it fired {fired:.0f}s into the fault)")
                     self._show_alert(alert)
                     gaps = contract_gaps(alert)
                     self.result.fired_alert = alert
@@ -1006,6 +1031,8 @@ class _Story:
                 self.out.line(f"{key + ':':<12} {annotations[key]}")
         value = alert.get("value")
         if value is not None:
+            with contextlib.suppress(TypeError, ValueError):
+                value = f"{float(value):.4g}"
             self.out.line(f"value:       {value}")
 
     def _on_notification(self, notification: Notification) -> None:
@@ -1029,8 +1056,11 @@ class _Story:
         expected_path = "/page" if severity == self.spec.alerting.severity.page else "/ticket"
         ok = bool(severity) and bool(runbook_url) and found.path == expected_path
         self.result.notification = found
+        self.result.seconds_to_notify = max(0.0, found.received_at - self._fired_at)
         self.out.line(
-            f"route {found.path} (receiver {found.receiver}): {describe_alert(alert)}", "ok" if ok else "fail"
+            f"route {found.path} (receiver {found.receiver}), {self.result.seconds_to_notify:.1f}s after it fired: "
+            f"{describe_alert(alert)}",
+            "ok" if ok else "fail",
         )
         self.result.add(
             "notification received",
@@ -1125,7 +1155,7 @@ def run_demo(config: DemoConfig, reporter: Reporter) -> DemoResult:
     stack = contextlib.ExitStack()
     try:
         with _sigterm_as_interrupt():
-            story.generate(stack)
+            story.generate()
             story.start_stack(stack)
             story.healthy()
             load = story.fault(stack)
@@ -1187,7 +1217,14 @@ def _where(result: DemoResult, reporter: Reporter) -> None:
         for check in failed:
             reporter.line(f"{check.name}: {check.detail}", "fail")
     else:
-        reporter.line(f"the story happened as told: {len(result.checks)} checks passed", "ok")
+        figures = []
+        if result.seconds_to_fire is not None:
+            figures.append(f"fault to page {result.seconds_to_fire:.0f}s")
+        if result.seconds_to_notify is not None:
+            figures.append(f"page to webhook {result.seconds_to_notify:.1f}s")
+        if result.queue_depth is not None:
+            figures.append(f"queue depth {result.queue_depth:g}")
+        reporter.line(f"the story happened as told: {len(result.checks)} checks passed ({', '.join(figures)})", "ok")
 
 
 __all__ = [

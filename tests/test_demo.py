@@ -108,6 +108,16 @@ def test_expected_alerts_exist_for_the_bundled_demo_spec() -> None:
     assert all(r.annotations["runbook_url"].endswith("#" + r.anchor) for r in found)
 
 
+def test_fire_time_is_active_at_plus_for() -> None:
+    from slokit.demo import _fire_time
+
+    rule = _rule("SlokitTier", AlertKind.TIER, "critical")  # for: 15s
+    fired = _fire_time({"activeAt": "2026-12-02T16:00:00.123456789Z"}, rule)
+    assert fired == pytest.approx(1796227200.123456 + 15, abs=1e-3)
+    assert _fire_time({"activeAt": "2026-12-02T16:00:00+01:00"}, rule) == pytest.approx(1796223600 + 15)
+    assert _fire_time({}, rule) is None
+
+
 def test_alert_matching_and_contract() -> None:
     rule = _rule("SlokitTier", AlertKind.TIER, "critical")
     alert = {"labels": {"alertname": "SlokitTier", **rule.labels, "engine": "0"}, "annotations": rule.annotations}
