@@ -502,6 +502,28 @@ class HttpClient:
             return response
         raise AssertionError("unreachable")
 
+    async def preconnect(self, count: int, parallel: int = 64) -> int:
+        """Open up to `count` idle connections ahead of a level (stops at the first failure); returns how many."""
+        opened = 0
+        failed = False
+        gate = asyncio.Semaphore(parallel)
+
+        async def one() -> None:
+            nonlocal opened, failed
+            async with gate:
+                if failed:
+                    return
+                try:
+                    conn = await self._open()
+                except ConnectError:
+                    failed = True
+                    return
+                self._idle.append(conn)
+                opened += 1
+
+        await asyncio.gather(*(one() for _ in range(count)))
+        return opened
+
     async def get_json(self, path: str, timeout: float = 10.0) -> tuple[int, Any]:
         """GET a JSON document (status, decoded body or None)."""
         return await self.request_json("GET", path, None, timeout)

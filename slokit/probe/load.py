@@ -462,6 +462,10 @@ class _Runner:
 
     async def run(self) -> LevelRun:
         raise_open_files_limit()
+        if self.load.kind == "concurrency":
+            # Connection setup is not the server's latency, and 1,000 handshakes at once would starve the first
+            # streams' reads: open one connection per user before the clock starts.
+            await self.http.preconnect(min(int(self.load.value), len(self.records)))
         # The cyclic garbage collector would walk every stored stamp and body piece in one pause (hundreds of ms
         # at 1,000 streams), stamping every chunk of that moment late; a level creates few cycles, so it is off
         # while the level runs and on again afterwards.
