@@ -222,6 +222,7 @@ def _tier_alerts(b: _Builder) -> None:
                         b.add(
                             name, AlertKind.TIER, expr, spec.alerting.tier_for, severity, description,
                             f"{pct} above {format_duration(seconds)}", model=model, request_class=rc, sli=sli,
+                            extra_labels={"percentile": pct},
                         )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -29,7 +30,12 @@ from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
 from slokit.units import format_le, parse_duration, prom_duration
 
-EVAL: Final = 60  # seconds between evaluations in the tests
+# Seconds between evaluations in the tests. Production specs wait hours (`for: 3h` on the slow ticket tier), so
+# their tests step every 5m: a `for` is then checked as "pending at activation, firing at the first 5m step after
+# it", five times fewer evaluations than 1m steps. Specs with sub-minute `for` (the demo) step every minute.
+FINE_STEP: Final = 60
+COARSE_STEP: Final = 300
+_STEP: ContextVar[int] = ContextVar("promtool_test_step", default=FINE_STEP)
 RPM: Final = 60  # requests per minute in every input
 ENGINE: Final = "0"
 
@@ -214,9 +220,11 @@ def _for_seconds(rule: AlertRule) -> int:
 
 
 def fires_at(rule: AlertRule) -> int:
-    """The first evaluation time (seconds from the start) at which the alert fires when its condition holds."""
-    moment = _start(rule) + _for_seconds(rule)
-    return math.ceil(moment / EVAL) * EVAL
+    """The first evaluation time (seconds from the start) at which the alert fires when its condition holds:
+    it turns pending at the first evaluation where its inputs exist, and fires at the first one `for` later."""
+    step = _STEP.get()
+    active = math.ceil(_start(rule) / step) * step
+    return active + math.ceil(_for_seconds(rule) / step) * step
 
 
 def _dur(seconds: int) -> str:
@@ -238,7 +246,7 @@ def _checks(
     """alert_rule_test entries: for each rule in `firing`, just before and at its firing moment; the expected set
     at each time holds every rule of the same alertname (in `rules`) that fires by then."""
     tests = []
-    times = sorted({t for r in firing for t in (fires_at(r) - EVAL, fires_at(r)) if t >= 0})
+    times = sorted({t for r in firing for t in (fires_at(r) - _STEP.get(), fires_at(r)) if t >= 0})
     names = sorted({r.name for r in rules})
     for t in times:
         for name in names:
@@ -466,10 +474,16 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
 def unit_tests(spec: Spec) -> dict[str, Any]:
     """The promtool test file for one spec's rule file (which sits beside it in rules/)."""
     all_rules = [r for g in rule_groups(spec) for r in g.rules if isinstance(r, AlertRule)]
-    tests = [*_slo_groups(spec, all_rules), *_engine_groups(spec, all_rules), *_absent_groups(spec, all_rules)]
+    shortest = min((_for_seconds(r) for r in all_rules if _for_seconds(r) > 0), default=COARSE_STEP)
+    step = COARSE_STEP if shortest >= FINE_STEP else FINE_STEP
+    token = _STEP.set(step)
+    try:
+        tests = [*_slo_groups(spec, all_rules), *_engine_groups(spec, all_rules), *_absent_groups(spec, all_rules)]
+    finally:
+        _STEP.reset(token)
     return {
         "rule_files": [rules_path(spec).removeprefix("rules/")],
-        "evaluation_interval": f"{EVAL}s",
+        "evaluation_interval": f"{step}s",
         # Groups in file order, as dependencies run (promtool's default order is by name).
         "group_eval_order": [g.name for g in rule_groups(spec)],
         "tests": tests,
