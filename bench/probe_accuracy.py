@@ -114,6 +114,7 @@ def run_slokit(base: str, streams: int, requests: int, prompt: int, output: int)
     )
     summary = summarize(run.load, [run], None)
     return {
+        "coalesced_share": summary.coalesced_share,
         "completed": len(ok),
         "failed": len(run.measured) - len(ok),
         "rate_reported": summary.request_rate,
@@ -159,6 +160,7 @@ def run_vllm_bench(base: str, streams: int, requests: int, prompt: int, output: 
         writes.append(t["writes"])
     errors = errors_from_stamps(sends, arrivals, writes)
     return {
+        "coalesced_share": math.nan,
         "completed": int(result["completed"]),
         "failed": int(result.get("failed", 0)),
         "rate_reported": float(result["request_throughput"]),
@@ -183,6 +185,7 @@ def report(results: dict[str, dict[str, Any]]) -> str:
             rows.append((f"{label} p{pct} (ms)", _ms(ours[key], pct), _ms(theirs[key], pct), "{:.3f}"))
     rows.append(("achieved rate, own report (req/s)", ours["rate_reported"], theirs["rate_reported"], "{:.1f}"))
     rows.append(("achieved rate, server log (req/s)", ours["rate_server"], theirs["rate_server"], "{:.1f}"))
+    rows.append(("tokens read with the previous one (%)", 100 * ours["coalesced_share"], math.nan, "{:.2f}"))
     lines = [f"{'':38} {'slokit probe':>14} {'vllm bench':>14} {'vllm/slokit':>12}"]
     for label, a, b, fmt in rows:
         ratio = b / a if a else math.nan
@@ -223,6 +226,7 @@ def main() -> None:
             )
             print(f"vllm bench serve done in {time.perf_counter() - started:.1f}s", flush=True)
     print(report(results))
+    print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
         raw = {
             tool: {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in figures.items()}

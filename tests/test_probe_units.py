@@ -246,3 +246,9 @@ def test_levels_near_the_boundary_are_repeated_and_pooled() -> None:
     assert calls.count(1.0) == 1
     assert result.level(4.0) is not None and len(result.level(4.0).runs) == 2  # type: ignore[union-attr]
     assert result.max_passing == 8
+
+
+def test_coalesced_events_are_counted() -> None:
+    record = RequestRecord(0, False, 1, 4)
+    record.content_times = [1.0, 1.0, 2.0, 2.0]
+    assert record.coalesced == 2 and record.itls == [0.0, 1.0, 0.0]

@@ -173,6 +173,12 @@ class RequestRecord:
         return [b - a for a, b in itertools.pairwise(times)]
 
     @property
+    def coalesced(self) -> int:
+        """Content events that arrived in the same read as the one before (the client fell a token behind)."""
+        times = self.content_times
+        return sum(1 for a, b in itertools.pairwise(times) if a == b)
+
+    @property
     def dispatch_lag(self) -> float:
         """How late the client sent the request after it was scheduled."""
         return self.t_send - self.t_sched

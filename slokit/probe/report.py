@@ -134,6 +134,12 @@ def print_summary(levels: Sequence[LevelSummary], outcome: dict[str, Any], crite
             failures[reason] = failures.get(reason, 0) + count
     if failures:
         console.print("failures: " + ", ".join(f"{reason} {count}" for reason, count in sorted(failures.items())))
+    behind = max((level.coalesced_share for level in levels), default=0.0)
+    if behind > 0.01:
+        console.print(
+            f"warning: up to {behind:.1%} of tokens arrived in the same read as the one before: this client fell "
+            "behind the stream, so ITL is coarsened (run fewer streams per probe, or several probes)"
+        )
     if criteria is None:
         return
     unit = " users" if outcome.get("variable") == "concurrency" else " req/s"

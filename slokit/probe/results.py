@@ -189,6 +189,7 @@ class LevelSummary:
     goodput: float
     metrics: dict[str, Distribution]
     checks: list[Check] = field(default_factory=list)
+    coalesced_share: float = 0.0  # content events read together with the previous one: the client fell behind
 
     @property
     def failed(self) -> int:
@@ -228,6 +229,7 @@ class LevelSummary:
             "output_tokens_per_s": _finite(self.output_tokens_per_s),
             "goodput_rps": _finite(self.goodput),
             "stopped_by": sorted({run.stopped_by for run in self.runs}),
+            "client_coalesced_share": round(self.coalesced_share, 6),
             "latency": {name: dist.to_json() for name, dist in self.metrics.items()},
             "checks": [check.to_json() for check in self.checks],
             "passed": self.passed,
@@ -276,6 +278,8 @@ def summarize(load: Load, runs: Sequence[LevelRun], criteria: Criteria | None) -
         "e2e_from_scheduled": distribution(r.e2e_from_scheduled for r in ok),
         "dispatch_lag": distribution(r.dispatch_lag for r in records),
     }
+    events = sum(len(r.content_times) for r in ok)
+    coalesced = sum(r.coalesced for r in ok) / events if events else 0.0
     goodput = math.nan
     checks: list[Check] = []
     if criteria is not None:
@@ -295,6 +299,7 @@ def summarize(load: Load, runs: Sequence[LevelRun], criteria: Criteria | None) -
         goodput=goodput,
         metrics=metrics,
         checks=checks,
+        coalesced_share=coalesced,
     )
 
 
@@ -394,6 +399,7 @@ def requests_frame(levels: Sequence[LevelSummary]) -> Any:
                         "output_tokens": r.output_tokens,
                         "tokens_source": r.tokens_source,
                         "content_events": len(r.content_times),
+                        "coalesced_events": r.coalesced,
                         "finish_reason": r.finish_reason,
                         "detail": r.detail,
                     }
