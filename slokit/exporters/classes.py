@@ -261,6 +261,7 @@ class ScalarFamily:
     documentation: str
     labelnames: tuple[str, ...]
     kind: str  # "counter" or "gauge"
+    multiprocess_mode: str = "mostrecent"  # gauges under PROMETHEUS_MULTIPROC_DIR: how processes combine
     children: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
 
     def child(self, *labels: str) -> list[float]:
@@ -300,8 +301,10 @@ class MetricStore(Collector):
         self.families.append(family)
         return family
 
-    def gauge(self, name: str, documentation: str, labelnames: Iterable[str]) -> ScalarFamily:
-        family = ScalarFamily(name, documentation, tuple(labelnames), "gauge")
+    def gauge(
+        self, name: str, documentation: str, labelnames: Iterable[str], multiprocess_mode: str = "mostrecent"
+    ) -> ScalarFamily:
+        family = ScalarFamily(name, documentation, tuple(labelnames), "gauge", multiprocess_mode)
         self.families.append(family)
         return family
 
@@ -322,3 +325,75 @@ class MetricStore(Collector):
             self.on_collect()
         for family in self.families:
             yield family.collect()
+
+
+# ==============================================================================================================
+# Several API-server processes (vLLM's --api-server-count > 1)
+# ==============================================================================================================
+def multiprocess_enabled() -> bool:
+    """Whether prometheus_client writes values to PROMETHEUS_MULTIPROC_DIR files in this process.
+
+    prometheus_client decides once, at import, from the environment; vLLM sets the variable before that when it
+    starts several API servers, and then serves /metrics by merging those files only.
+    """
+    from prometheus_client import values
+
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
+
+
+class MultiprocessMirror:
+    """Copies the store into prometheus_client's per-process files, so vLLM's merged /metrics includes slokit.
+
+    The hot path stays on plain lists; `flush()` (about once a second, from `record()`) adds each cell's change
+    since the last flush to a prometheus_client metric of the same name and labels, whose values live in the
+    mmap files `MultiProcessCollector` merges. Histogram buckets are incremented per bucket (client_python keeps
+    them non-cumulative, like `FastHistogram`), so merged histograms stay exact.
+    """
+
+    def __init__(self, store: MetricStore) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self._pairs: list[tuple[HistogramFamily | ScalarFamily, Any]] = []
+        for family in store.families:
+            metric: Any
+            if isinstance(family, HistogramFamily):
+                metric = Histogram(
+                    family.name, family.documentation, family.labelnames, buckets=family.bounds, registry=None
+                )
+            elif family.kind == "counter":
+                metric = Counter(family.name, family.documentation, family.labelnames, registry=None)
+            else:
+                metric = Gauge(
+                    family.name,
+                    family.documentation,
+                    family.labelnames,
+                    registry=None,
+                    multiprocess_mode=family.multiprocess_mode,  # type: ignore[arg-type]
+                )
+            self._pairs.append((family, metric))
+        self._last: dict[tuple[int, tuple[str, ...]], list[float]] = {}
+
+    def flush(self) -> None:
+        """Push every change since the previous flush."""
+        for index, (family, metric) in enumerate(self._pairs):
+            children: list[tuple[tuple[str, ...], FastHistogram | list[float]]] = list(family.children.items())
+            for labels, cells in children:
+                now: list[float] = list(cells.cells) if isinstance(cells, FastHistogram) else list(cells)
+                key = (index, labels)
+                before = self._last.get(key)
+                self._last[key] = now
+                child = metric.labels(*labels) if labels else metric
+                if isinstance(family, HistogramFamily):
+                    before = before or [0.0] * len(now)
+                    for position, bucket in enumerate(child._buckets):
+                        change = now[position] - before[position]
+                        if change:
+                            bucket.inc(change)
+                    if now[-1] != before[-1]:
+                        child._sum.inc(now[-1] - before[-1])
+                elif family.kind == "counter":
+                    change = now[0] - (before[0] if before else 0.0)
+                    if change:
+                        child.inc(change)
+                else:
+                    child.set(now[0])

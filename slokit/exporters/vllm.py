@@ -45,9 +45,11 @@ from slokit.exporters.classes import (
     ClassMap,
     FastHistogram,
     MetricStore,
+    MultiprocessMirror,
     header_from_scope,
     load_exporter_spec,
     model_label,
+    multiprocess_enabled,
     plan_buckets,
     token_buckets,
 )
@@ -59,6 +61,7 @@ _log = logging.getLogger("slokit.exporter")
 M: Final = schema.SLOKIT_METRICS
 ERROR_STAGES: Final = ("record", "finished", "track", "hook", "collect")
 SWEEP_INTERVAL_S: Final = 2.0  # how often requests that vanished without finishing (aborts) are dropped
+FLUSH_INTERVAL_S: Final = 1.0  # several API servers: how often values are copied to the multiprocess files
 
 _ACTIVE: SlokitStatLogger | None = None  # the logger the hooks report to (the newest one in this process)
 _HOOKS: dict[str, bool] = {}  # hook name -> installed
@@ -190,12 +193,9 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         target.register(self.store)
         _REGISTERED[id(target)] = self.store
         _ACTIVE = self
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            _log.warning(
-                "slokit exporter: PROMETHEUS_MULTIPROC_DIR is set (--api-server-count > 1); slokit's series are "
-                "kept in this API-server process and are not merged by vLLM's multiprocess /metrics. Run one API "
-                "server per pod, or see docs/exporter.md"
-            )
+        # Several API servers: vLLM's /metrics merges prometheus_client's per-process files only.
+        self._mirror = MultiprocessMirror(self.store) if multiprocess_enabled() else None
+        self._next_flush = 0.0
         _log.info(
             "slokit exporter: model=%s classes=%s spec=%s class_tracking=%s",
             self.model,
@@ -252,12 +252,12 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         )
         f["class_running"] = store.gauge(
             schema.SLOKIT_CLASS_REQUESTS_RUNNING, "Requests past their first token, by class (frontend view).",
-            (M.model_label, "class"),
+            (M.model_label, "class"), multiprocess_mode="livesum",
         )  # fmt: skip
         f["class_waiting"] = store.gauge(
             schema.SLOKIT_CLASS_REQUESTS_WAITING,
             "Admitted requests without a first token yet (queued or prefilling), by class (frontend view).",
-            (M.model_label, "class"),
+            (M.model_label, "class"), multiprocess_mode="livesum",
         )  # fmt: skip
         f["duration"] = store.histogram(
             schema.SLOKIT_RECORD_DURATION, "Time slokit's record() takes per call, on vLLM's output loop.", me,
@@ -302,9 +302,21 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             if start >= self._next_sweep:
                 self._next_sweep = start + SWEEP_INTERVAL_S
                 self._sweep()
+            if self._mirror is not None and start >= self._next_flush:
+                self._next_flush = start + FLUSH_INTERVAL_S
+                self.flush()
             engine.duration.observe(perf_counter() - start)
         except Exception:
             self._errors["record"][0] += 1
+
+    def flush(self) -> None:
+        """Several API servers: copy values to the multiprocess files now (also done every second by record())."""
+        if self._mirror is None:
+            return
+        try:
+            self._mirror.flush()
+        except Exception:
+            self._errors["collect"][0] += 1
 
     def _record(self, scheduler_stats: Any, iteration_stats: Any, engine: _Engine) -> None:
         if scheduler_stats is not None:
