@@ -110,7 +110,7 @@ class DemoResult:
 
     output: Path
     checks: list[Check] = field(default_factory=list)
-    expected_alert: str = ""
+    expected_alert: str = ""  # the pages the fault may raise; once one fired, its name
     fired_alert: Mapping[str, Any] = field(default_factory=dict)  # Prometheus /api/v1/alerts entry
     other_alerts: list[str] = field(default_factory=list)  # other alerts firing during the fault
     healthy_firing: list[str] = field(default_factory=list)  # alerts seen firing in the healthy phase (should be none)
@@ -121,7 +121,7 @@ class DemoResult:
     queue_depth: float | None = None
     healthy_requests: int = 0
     seconds_to_fire: float | None = None  # from the start of the fault to the page firing in Prometheus
-    seconds_to_notify: float | None = None  # from the page firing (as the demo saw it) to the webhook receiving it
+    seconds_to_notify: float | None = None  # from the page firing (activeAt + for:) to the webhook receiving it
     fault_requests: int = 0
     pids: dict[str, int] = field(default_factory=dict)  # process name -> pid, for the "all stopped" check
     ports: dict[str, int] = field(default_factory=dict)
@@ -838,13 +838,28 @@ class _Story:
             down = [f"{t['labels'].get('job')}: {t.get('lastError')}" for t in self.prometheus.targets()]
             raise DemoAborted(f"Prometheus targets not up within 60s: {down}")
         self.prometheus.wait_for(f"{self.metrics.requests_running}{self._selector(False)}", timeout=60)
+        # Both exporters, as Prometheus sees them: slokit's plugin inside vLLM running this very spec (its info
+        # metric carries the spec's digest) with per-class tracking on, and the GPU sidecar answering without a GPU.
+        info = self.prometheus.query(f"{schema.SLOKIT_EXPORTER_INFO}{self._selector(False)}")
+        labels = dict(info.samples[0].labels) if info.samples else {}
         gpu_up = self.query_value(schema.GPU_UP)
+        problems = []
+        if labels.get("spec_hash") != self.spec.digest:
+            problems.append(f"vLLM's exporter runs spec {labels.get('spec_hash') or '?'}, not {self.spec.digest}")
+        if labels.get("class_tracking") != "true":
+            problems.append("vLLM's exporter cannot tell request classes apart (class_tracking is not true)")
+        if gpu_up is None:
+            problems.append(f"the GPU sidecar exposes no {schema.GPU_UP}")
         self.out.line(
-            f"Prometheus scrapes vLLM and the GPU sidecar ({schema.GPU_UP} = "
-            f"{'-' if gpu_up is None else f'{gpu_up:g}'}: no GPU here)",
-            "ok",
+            f"slokit's exporter in vLLM {labels.get('vllm_version', '?')}: spec {labels.get('spec_hash', '?')}, "
+            f"class tracking {labels.get('class_tracking', '?')}; GPU sidecar: {schema.GPU_UP} "
+            f"{'-' if gpu_up is None else f'{gpu_up:g}'} (no GPU here)",
+            "fail" if problems else "ok",
         )
-        self.result.add("stack started", True, "vLLM, GPU sidecar, Prometheus, Alertmanager, webhook up")
+        detail = "; ".join(problems) or "vLLM with slokit's exporter, GPU sidecar, Prometheus, Alertmanager, webhook"
+        self.result.add("stack started", not problems, detail)
+        if problems:
+            raise DemoAborted(detail)
 
     def healthy(self) -> None:
         assert self.engine is not None and self.prometheus is not None
