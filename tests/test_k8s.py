@@ -494,3 +494,60 @@ def test_the_vllm_entry_script_writes_the_gpu_file_and_always_starts_vllm(tmp_pa
     else:
         assert not gpu_file.exists()
         assert "the gpu-exporter sidecar will watch none" in result.stderr
+
+
+@pytest.mark.prometheus
+def test_the_autoscalers_read_what_the_generated_rules_record_from_raw_histograms(
+    promtool_path: str, tmp_path: Path
+) -> None:
+    """Raw TTFT histograms -> the rules generator's rules -> the KEDA and adapter queries, in promtool."""
+    from slokit.generate import rules as rules_generator
+    from slokit.units import format_le
+
+    spec = load_spec(EXAMPLES[0].parent / "assistant.yaml")
+    model = spec.models[0]
+    rule_file = rules_generator.files(spec)[rules_generator.rules_path(spec)]
+    adapter = k8s.adapter_rules()["externalRules"][0]["metricsQuery"]
+    matchers = f'service="{spec.service}",model="{model.name}"'
+    adapter_query = adapter.replace("<<.Series>>", schema.RECORD_SCALE_OUT).replace("<<.LabelMatchers>>", matchers)
+    rule_file["groups"].append(
+        {
+            "name": "autoscaler-queries",
+            "rules": [
+                {"record": "test:keda", "expr": k8s.scale_out_query(spec, model)},
+                {"record": "test:adapter", "expr": adapter_query},
+            ],
+        }
+    )
+    # Every chat request takes between 400 and 500 ms: p99 interpolates to 499 ms against the 500 ms objective,
+    # just under 1 and above the 0.8 target: both autoscalers would add replicas.
+    bucket = spec.metrics.latency[schema.Sli.TTFT] + "_bucket"
+    series = []
+    for le in [*(format_le(b) for b in spec.buckets(schema.Sli.TTFT)), "+Inf"]:
+        busy = le == "+Inf" or float(le) >= 0.5
+        labels = f'model="{model.name}",class="chat",engine="0",le="{le}"'
+        series.append({"series": f"{bucket}{{{labels}}}", "values": "0+60x60" if busy else "0x60"})
+    checks = [
+        ("test:keda > bool 0.9", 1), ("test:keda < bool 1", 1), ("test:adapter == bool test:keda", 1),
+        (f"test:keda > bool {spec.alerting.scale_out.fraction_of_slo}", 1),
+    ]  # fmt: skip
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": expr, "eval_time": "30m", "exp_samples": [{"labels": "{}", "value": value}]}
+                    for expr, value in checks
+                ],
+            }
+        ],
+    }
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_file, sort_keys=False))
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    checked = subprocess.run(
+        [promtool_path, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
