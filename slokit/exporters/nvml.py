@@ -882,13 +882,13 @@ class GpuPoller:
         info = None
         if not gpu.memory_v1:
             try:
-                info = self._call_raw(lambda: lib.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2))
+                info = lib.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
             except NVMLError as error:
                 if error_code(error) in (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
                                          pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH):  # fmt: skip
                     gpu.memory_v1 = True  # older driver: v1 has no reserved and counts it as used
                     self._unsupported(gpu, S.GPU_MEMORY_RESERVED, "nvmlDeviceGetMemoryInfo_v2", error)
-                else:
+                else:  # classified like any other call: unsupported, gone, or transient
                     info = self._call(gpu, S.GPU_MEMORY_TOTAL, "nvmlDeviceGetMemoryInfo_v2", _raiser(error))
         if gpu.memory_v1:
             info = self._call(
@@ -905,10 +905,6 @@ class GpuPoller:
             gpu.supported.add(S.GPU_MEMORY_RESERVED)
             out.append(Series(S.GPU_MEMORY_RESERVED, labels, float(info.reserved)))
         return out
-
-    @staticmethod
-    def _call_raw(fn: Callable[[], Any]) -> Any:
-        return fn()
 
     def _fields(
         self, gpu: _Gpu, ids: Sequence[tuple[int, int]], *, probe: bool = False
@@ -937,8 +933,7 @@ class GpuPoller:
             elif ret in _DEVICE_GONE or ret in _SESSION_GONE:
                 raise _DeviceGone("nvmlDeviceGetFieldValues", NVMLError(ret), session=ret in _SESSION_GONE)
             elif ret in _UNSUPPORTED:
-                out_of: dict[tuple[int, int], int] = {key: ret}
-                self._drop_fields(gpu, out_of)
+                self._drop_fields(gpu, {key: ret})
             else:
                 self._count_error(f"nvmlDeviceGetFieldValues[{key[0]}]", error_name(NVMLError(ret)))
         return out
