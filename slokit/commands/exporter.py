@@ -65,20 +65,22 @@ def gpu(
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
-    """Serve NVML metrics of the GPUs beside a vLLM container on /metrics (and /healthz for a liveness probe).
+    """Serve NVML metrics of the GPUs beside vLLM on /metrics and /healthz.
 
-    One thread polls NVML every --interval and keeps a snapshot; scrapes only convert it, so a scrape never waits
-    on the driver. Metrics NVML cannot answer on this GPU are left out and logged once
-    (slokit_gpu_metric_supported says which); a lost GPU reads slokit_gpu_up 0 and is re-opened with backoff;
-    without a driver every scrape answers slokit_gpu_up 0. SIGTERM shuts down cleanly.
+    One thread polls NVML every --interval and keeps a snapshot; a scrape
+    only converts it, so it never waits on the driver. Metrics a GPU cannot
+    answer are left out and logged once (slokit_gpu_metric_supported says
+    which). A lost GPU reads slokit_gpu_up 0 and is re-opened with backoff;
+    without a driver every scrape answers slokit_gpu_up 0. SIGTERM stops it
+    cleanly (exit 0). Metrics and deployment: docs/gpu-exporter.md.
 
     Examples:
 
-      slokit exporter gpu                                  # every visible GPU on :9835
+      slokit exporter gpu
 
-      slokit exporter gpu --gpus GPU-8e2f...,GPU-1c0a...   # only these
+      slokit exporter gpu --gpus GPU-8e2f...,GPU-1c0a...
 
-      slokit exporter gpu --gpus-file /var/run/slokit/gpus # the UUIDs the vLLM container wrote
+      slokit exporter gpu --gpus-file /var/run/slokit/gpus
     """
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
