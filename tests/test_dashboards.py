@@ -194,3 +194,15 @@ def test_every_query_parses(spec: Spec, tmp_path: Path, promtool_path: str) -> N
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
     result = check_rule_files([path])
     assert result.ok, result
+
+
+def test_counters_are_rated_over_the_rate_interval(spec: Spec) -> None:
+    """As Grafana's dashboard-linter asks: counters and buckets only inside rate()/increase() over
+    $__rate_interval, so panels stay right at every zoom and scrape interval."""
+    for board in _boards(spec).values():
+        for _panel_id, title, expr in dashboards.queries(board):
+            for match in re.finditer(r"[\w:]+(_total|_bucket|_sum|_count)\b", expr):
+                before = expr[: match.start()]
+                assert re.search(r"(rate|increase)\($", before), f"{title}: {match.group(0)} is not rated in {expr}"
+                rest = expr[match.end() :]
+                assert re.match(r"(\{[^}]*\})?\[\$__rate_interval\]", rest), f"{title}: {expr}"

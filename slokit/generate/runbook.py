@@ -798,7 +798,8 @@ def _alert_rules(spec: Spec) -> list[AlertRule]:
 
 def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
     """The runbook Markdown for a spec and its alerts (the body; the writer adds the do-not-edit notice)."""
-    builder = _Builder(spec, dashboards.build(spec))
+    built = dashboards.build(spec)
+    builder = _Builder(spec, built)
     sections = [builder.section(rule) for rule in rules]
     seen: dict[str, str] = {}
     for section in sections:
@@ -813,10 +814,9 @@ def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
                 f"not its runbook anchor {section.anchor!r}"
             )
     template = _environment().get_template(TEMPLATE)
-    overview = dashboards.build(spec)
     board_links = [
         link(data["title"], spec.alerting.grafana_url.rstrip("/") + f"/d/{data['uid']}")
-        for data in overview.dashboards.values()
+        for data in built.dashboards.values()
     ]
     text: str = template.render(
         spec=spec,
