@@ -469,14 +469,21 @@ async def _probe_level(level: LoadLevel, tally: LoadTally, stop: threading.Event
         max_in_flight=level.max_in_flight,
     )
     progress = Progress()
-    task = asyncio.ensure_future(run_level(endpoint, workload, load, limits, seed=level.seed, progress=progress))
+    task = asyncio.ensure_future(
+        run_level(endpoint, workload, load, limits, seed=level.seed, progress=progress, should_stop=stop.is_set)
+    )
+    stop_seen: float | None = None
     try:
         while not task.done():
-            if stop.is_set():
-                task.cancel()
-                break
             tally.sent, tally.failed = progress.done, progress.failed
             tally.ok = progress.done - progress.failed
+            if stop.is_set():
+                # The probe stops dispatching and lets running requests finish within the drain time; past that
+                # (and a margin), cancel.
+                stop_seen = stop_seen or time.monotonic()
+                if time.monotonic() - stop_seen > level.drain_seconds + 5.0:
+                    task.cancel()
+                    break
             await asyncio.wait({task}, timeout=0.2)
     finally:
         if not task.done():

@@ -283,3 +283,35 @@ def test_help_explains_the_story_and_exit_codes() -> None:
     assert result.exit_code == 0
     for words in ("max-num-seqs", "runbook_url", "Ctrl-C", "Exit codes"):
         assert words in result.output
+
+
+# -- the probe drives the load (against the probe's local emulator; seconds) -----------------------------------------
+def test_load_levels_run_to_their_bounds_and_stop_when_asked(tmp_path: Path) -> None:
+    import time
+
+    from slokit.demo import run_load
+    from slokit.probe.emulator import EmulatorConfig, emulator_process
+
+    config = EmulatorConfig(model="m", max_seqs=2, ttft=0.01, itl=0.005)
+    with emulator_process(config, tmp_path / "emulator.log") as base:
+        healthy = LoadLevel(
+            "healthy", base, "m", "chat", parse_distribution(16), parse_distribution(4),
+            rate=20.0, max_requests=10, max_seconds=10.0, max_in_flight=1, drain_seconds=2.0,
+        )  # fmt: skip
+        tally = LoadTally()
+        run_load(healthy, tally, threading.Event())
+        assert (tally.sent, tally.ok, tally.failed) == (10, 10, 0)
+
+        # A flood that would run for minutes (8 users, 2 slots, 0.5 s per request) stops when asked.
+        flood = LoadLevel(
+            "flood", base, "m", "chat", parse_distribution(64), parse_distribution(100),
+            concurrency=8, max_requests=200, max_seconds=300.0, drain_seconds=1.0,
+        )  # fmt: skip
+        load = BackgroundLoad(flood).start()
+        deadline = time.monotonic() + 60
+        while load.tally.sent < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert load.running and load.tally.sent >= 2
+        load.stop(timeout=60)
+        assert not load.running and load.error is None
+        assert 2 <= load.tally.sent < 200
