@@ -220,6 +220,10 @@ SLOKIT_CLASS_REQUESTS_RUNNING: Final = "slokit_class_requests_running"
 SLOKIT_CLASS_REQUESTS_WAITING: Final = "slokit_class_requests_waiting"
 SLOKIT_SPEC_ENV: Final = "SLOKIT_SPEC"  # environment variable naming the spec file the exporter reads
 
+# Prometheus's own series of pending and firing alerts (labels alertname, alertstate and the alert's labels); the
+# dashboards draw slokit's firing alerts on every panel from it.
+PROMETHEUS_ALERTS: Final = "ALERTS"
+
 # vLLM's speculative-decoding counters (only with --speculative-config; labels model_name, engine). The runbook's
 # tuning section reads them for the draft acceptance rate.
 VLLM_SPEC_DECODE_DRAFT_TOKENS: Final = "vllm:spec_decode_num_draft_tokens_total"

@@ -93,6 +93,8 @@ def test_variables_uid_notice_and_determinism(spec: Spec) -> None:
         assert board["uid"] == dashboards.dashboard_uid(spec, path.rsplit("-", 1)[1].removesuffix(".json"))
         assert notice(Path(spec.path).name) in board["description"]
         assert board["schemaVersion"] == dashboards.SCHEMA_VERSION
+        (alerts,) = board["annotations"]["list"]
+        assert alerts["datasource"] == dashboards.DATASOURCE_REF and "ALERTS{" in alerts["expr"]
 
 
 def test_debugging_rows_follow_the_runbook_order(spec: Spec) -> None:
@@ -190,6 +192,8 @@ def test_every_query_parses(spec: Spec, tmp_path: Path, promtool_path: str) -> N
             inner = re.fullmatch(r"label_values\((.*), (\w+)\)", expr)
             assert inner is not None, expr
             rules.append({"record": "check:variable", "expr": substitute(inner.group(1), spec)})
+        for expr in dashboards.annotation_queries(board):
+            rules.append({"record": "check:annotation", "expr": substitute(expr, spec)})
     path = tmp_path / "queries.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
     result = check_rule_files([path])

@@ -178,6 +178,8 @@ def test_every_dashboard_and_runbook_query_returns_data(stack: tuple[Spec, Local
             inner = re.fullmatch(r"label_values\((.*), (\w+)\)", expr)
             assert inner is not None
             checks.append((f"{name} variable {inner.group(2)}", substitute(inner.group(1), spec), True))
+        for expr in dashboards.annotation_queries(board):  # firing alerts: none need be firing now
+            checks.append((f"{name} alert annotations", substitute(expr, spec), False))
     alert_rules = alerts.alert_rules(spec)
     alert_exprs = {rule.expr.strip() for rule in alert_rules}
     for expr in dict.fromkeys(promql_blocks(runbook.render(spec, alert_rules))):

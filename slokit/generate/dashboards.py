@@ -477,8 +477,22 @@ def _dashboard(spec: Spec, board: _Board, description: str) -> dict[str, Any]:
             keepTime=True,
         )
     ]
+    alerts = {
+        "datasource": DATASOURCE_REF,
+        "enable": True,
+        "expr": _selector(
+            schema.PROMETHEUS_ALERTS, ['alertstate="firing"', _var(schema.RULE_LABEL_SERVICE, "service")]
+        ),
+        "iconColor": "red",
+        "name": "slokit alerts",
+        "step": "1m",
+        "titleFormat": "{{alertname}}",
+        "textFormat": "{{severity}} {{model}} {{class}} {{slo}}",
+        "useValueForTime": False,
+    }
     dash = g.Dashboard(
         title=board.title,
+        annotations=g.Annotations(list=[alerts]),
         uid=board.uid,
         description=f"{description} {notice(spec_name)}",
         tags=["slokit", f"slokit-{spec.service}"],
@@ -587,7 +601,7 @@ def _overview(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRe
             "percentunit",
             _steps("red", [(0.0, "orange"), (0.25, "yellow"), (0.5, "green")]),
         ),
-        12,
+        8,
         6,
         key=("budget",),
     )
@@ -613,9 +627,27 @@ def _overview(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRe
             "percentunit",
             _steps("red", [(objectives[0], "green")] if objectives else []),
         ),
-        12,
+        8,
         6,
         key=("compliance",),
+    )
+    board.add(
+        _timeseries(
+            "Requests per second",
+            "Requests finishing per second per model and class over 5m: the traffic the budgets above are spent "
+            "on. A burn at low traffic costs few requests; the baseline alert ignores classes under its minimum.",
+            [
+                (
+                    _selector(schema.RECORD_REQUEST_RATE, _recorded()),
+                    _legend(schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS),
+                )
+            ],
+            "reqps",
+            minimum=0,
+        ),
+        8,
+        6,
+        key=("traffic",),
     )
     for rc, slo in _slo_pairs(spec):
         sli = slo.sli
@@ -1198,6 +1230,11 @@ def queries(data: Mapping[str, Any]) -> list[tuple[int, str, str]]:
             if expr:
                 out.append((int(panel["id"]), str(panel.get("title", "")), str(expr)))
     return out
+
+
+def annotation_queries(data: Mapping[str, Any]) -> list[str]:
+    """PromQL of the dashboard's annotations (firing alerts: empty while nothing fires)."""
+    return [str(a["expr"]) for a in data.get("annotations", {}).get("list", []) if a.get("expr")]
 
 
 def variable_queries(data: Mapping[str, Any]) -> list[str]:
