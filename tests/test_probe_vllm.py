@@ -43,10 +43,14 @@ def test_probe_measures_real_vllm_streams(vllm_server: VllmServer, engine_spec_p
     for record in records:
         assert record.ok and record.tokens_source == "usage"
         assert record.output_tokens == 8  # ignore_eos: exact lengths
-        assert len(record.content_times) == 8  # vLLM streams one token per event here
-        assert record.prompt_tokens is not None and 16 <= record.prompt_tokens <= 40
+        # Random tokens of a byte-level vocabulary are often partial UTF-8, which vLLM's detokenizer holds back:
+        # fewer text events than tokens ("chunks are not tokens"), which is why counts come from usage.
+        assert 1 <= len(record.content_times) <= 8
+        # 24 tokens asked (calibrated through /tokenize); chat adds the chat template's own tokens.
+        assert record.prompt_tokens is not None and 16 <= record.prompt_tokens <= (40 if api == "completions" else 90)
         assert 0 < record.ttft <= record.e2e
-    assert summary.metrics["itl"].count == 6 * 7
+    assert summary.metrics["itl"].count == sum(len(r.content_times) - 1 for r in records)
+    assert summary.metrics["tpot"].count == 6  # TPOT uses the server's count, so every request has one
     assert {c.constraint.key for c in summary.checks} >= {"ttft.objective", "itl.objective", "e2e.objective"}
 
 
