@@ -248,9 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     header = (
         f"{'batch':>5}  {'vLLM µs/record':>14}  {'slokit µs/record':>16}  {'ratio':>6}  "
-        f"{'+hook µs/rec':>12}  {'ratio incl. hook':>16}"
+        f"{'+hook µs/rec':>12}  {'ratio incl. hook':>16}  {'p50 ratio':>9}"
     )
-    print(f"record() cost per call, same stats objects, {args.steps} steps per batch size (mean; p50 in JSON)")
+    print(f"record() cost per call, same stats objects, {args.steps} steps per batch size (means; last column medians)")
     print(header)
     for row in rows:
         ratio = row["slokit_us"] / row["vllm_us"]
@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         row["ratio"], row["ratio_with_hook"] = ratio, with_hook
         print(
             f"{row['batch']:>5}  {row['vllm_us']:>14.1f}  {row['slokit_us']:>16.1f}  {ratio:>6.2f}  "
-            f"{row['hook_us_per_record']:>12.1f}  {with_hook:>16.2f}"
+            f"{row['hook_us_per_record']:>12.1f}  {with_hook:>16.2f}  {row['slokit_p50_us'] / row['vllm_p50_us']:>9.2f}"
         )
     total_vllm = sum(r["vllm_us"] for r in rows)
     total_slokit = sum(r["slokit_us"] for r in rows)
