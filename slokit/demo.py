@@ -479,9 +479,9 @@ async def _probe_level(level: LoadLevel, tally: LoadTally, stop: threading.Event
             tally.ok = progress.done - progress.failed
             if stop.is_set():
                 # The probe stops dispatching and lets running requests finish within the drain time; past that
-                # (and a margin), cancel.
+                # (and a short margin), cancel: whatever still runs is aborted, as a client hanging up.
                 stop_seen = stop_seen or time.monotonic()
-                if time.monotonic() - stop_seen > level.drain_seconds + 5.0:
+                if time.monotonic() - stop_seen > level.drain_seconds + 2.0:
                     task.cancel()
                     break
             await asyncio.wait({task}, timeout=0.2)
@@ -717,6 +717,7 @@ class _Story:
         self.engine: Engine | None = None
         self.tokens_per_word = 1.0
         self._fired_at = time.time()
+        self.stopping = False
 
     # -- selectors (metric names from the schema; label names from the source) -------------------------------
     def _selector(self, with_class: bool) -> str:
@@ -983,7 +984,7 @@ class _Story:
             concurrency=concurrency,
             max_requests=self.config.fault_max_requests,
             max_seconds=self.config.fault_max_seconds,
-            drain_seconds=5.0,
+            drain_seconds=1.0,  # at the end of the story nobody waits for the flood's answers
             tokens_per_word=self.tokens_per_word,
             seed=2,
         )
@@ -1058,6 +1059,8 @@ class _Story:
             self.out.line(f"value:       {value}")
 
     def _on_notification(self, notification: Notification) -> None:
+        if self.stopping:
+            return  # still kept by the receiver; the story is over, so it is not shown
         for alert in notification.alerts:
             self.out.line(f"webhook received {describe_alert(alert, notification.path)}", "dim")
 
@@ -1204,6 +1207,7 @@ def run_demo(config: DemoConfig, reporter: Reporter) -> DemoResult:
     finally:
         # Stopping must finish even if Ctrl-C is pressed again: every stop is bounded (SIGTERM, then SIGKILL).
         with _signals_held():
+            story.stopping = True
             reporter.step("Stop everything")
             stack.close()
     result.interrupted = interrupted
