@@ -109,9 +109,13 @@ def test_tier_thresholds_drawn_on_latency_panels() -> None:
     board = _boards(spec)["dashboards/assistant-latency.json"]
     ttft = next(p for p in board["panels"] if p["title"].startswith("TTFT p50"))
     legends = {t["legendFormat"]: t["expr"] for t in ttft["targets"]}
-    assert legends["chat p95 acceptable 500ms"] == "vector(0.5)"
-    assert legends["code p50 critical 500ms"] == "vector(0.5)"
-    assert legends["chat objective 95% 500ms"] == "vector(0.5)"
+    chat = (
+        ' and on () count(rate(slokit_time_to_first_token_seconds_count{model=~"$model", class="chat", '
+        'class=~"$class"}[$__rate_interval]))'
+    )
+    assert legends["chat p95 acceptable 500ms"] == "vector(0.5)" + chat
+    assert legends["code p50 critical 500ms"] == "vector(0.5)" + chat.replace('"chat"', '"code"')
+    assert legends["chat objective 95% 500ms"] == "vector(0.5)" + chat
 
 
 def test_tier_state_expression_ranks_the_worst_tier_exceeded() -> None:
@@ -176,7 +180,10 @@ def test_odd_model_names_stay_inside_their_strings() -> None:
     assert model_var["query"] == 'org/Qwen2\\,"72B"\\\\x'
     assert [o["value"] for o in model_var["options"]] == ["$__all", 'org/Qwen2,"72B"\\x']
     maxima = [t["expr"] for p in board["panels"] for t in p.get("targets", []) if "vector(128)" in t["expr"]]
-    assert maxima == ['label_replace(vector(128), "model", "org/Qwen2,\\"72B\\"\\\\x", "", "")']
+    assert len(maxima) == 1
+    assert maxima[0].startswith(
+        'label_replace(vector(128), "model", "org/Qwen2,\\"72B\\"\\\\x", "", "") and on (model) '
+    )
 
 
 @pytest.mark.prometheus

@@ -719,6 +719,21 @@ def _overview(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRe
 # ==============================================================================================================
 # Latency
 # ==============================================================================================================
+def _class_selected(spec: Spec, rc: RequestClass, sli: Sli) -> str:
+    """`and on() ...`: keeps a constant line only while its class (and one of its models) is selected and has
+    traffic in the rate interval (when the percentiles it is drawn against exist at all).
+
+    Two matchers on one label are allowed in PromQL: the class's own value, and the variable's regex.
+    """
+    m = spec.metrics
+    matchers = [_var(m.model_label, "model")]
+    if m.class_label is not None:
+        matchers += [_eq(m.class_label, rc.name), _var(m.class_label, "class")]
+    else:  # vLLM's own metrics: the class is its models
+        matchers.append(f"{m.model_label}=~{_quote('|'.join(re.escape(name) for name in rc.models))}")
+    return f" and on () count({_rate(m.latency[sli] + '_count', matchers)})"
+
+
 def _tier_lines(spec: Spec, sli: Sli) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
     """Constant series for every tier threshold of `sli` in the spec, dashed and coloured by tier."""
     queries: list[tuple[str, str]] = []
@@ -727,15 +742,16 @@ def _tier_lines(spec: Spec, sli: Sli) -> tuple[list[tuple[str, str]], list[dict[
         slo = rc.slos.get(sli)
         if slo is None:
             continue
+        selected = _class_selected(spec, rc, sli)
         for tier in TIER_NAMES:
             for pct, seconds in slo.tiers.tier(tier).items():
                 legend = f"{rc.name} {pct} {tier} {format_duration(seconds)}"
-                queries.append((f"vector({seconds:g})", legend))
+                queries.append((f"vector({seconds:g}){selected}", legend))
             if slo.tiers.tier(tier):
                 overrides.append(_override_dashed(f"^{re.escape(rc.name)} p[0-9.]+ {tier} ", TIER_COLORS[tier]))
         if slo.objective is not None:
             legend = f"{rc.name} objective {slo.objective.percentile:g}% {format_duration(slo.objective.threshold)}"
-            queries.append((f"vector({slo.objective.threshold:g})", legend))
+            queries.append((f"vector({slo.objective.threshold:g}){selected}", legend))
             overrides.append(_override_dashed(f"^{re.escape(rc.name)} objective ", "purple"))
     return queries, overrides
 
@@ -843,8 +859,12 @@ def _debugging(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelR
     board.row("1. Queue depth: more concurrent requests than the engine can run?")
     waiting = f"sum by ({by_engine}) ({_selector(m.requests_waiting, q.engine_only())})"
     running = f"sum by ({by_engine}) ({_selector(m.requests_running, q.engine_only())})"
+    serving = f"group by ({model}) ({_selector(m.requests_running, [_var(model, 'model')])})"
     maxima = [
-        (_constant(float(model_spec.max_num_seqs), {model: model_spec.name}), f"max running {model_spec.name}")
+        (
+            f"{_constant(float(model_spec.max_num_seqs), {model: model_spec.name})} and on ({model}) {serving}",
+            f"max running {model_spec.name}",
+        )
         for model_spec in spec.models
     ]
     board.add(
