@@ -195,7 +195,7 @@ def _fake_measure(limit: float, calls: list[float]):  # type: ignore[no-untyped-
     return measure
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(limit=st.integers(min_value=1, max_value=300), start=st.sampled_from([1, 2, 8]))
 def test_concurrency_search_brackets_and_bisects_to_the_limit(limit: int, start: int) -> None:
     criteria = Criteria.from_class(load_spec_text(SPEC).request_class("chat"))
