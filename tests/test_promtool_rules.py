@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from slokit import schema
 from slokit.generate import generate_all
+from slokit.generate.rules import recording_groups
 from slokit.generate.writer import write_files
 from slokit.local.prometheus import check_rule_files, run_rule_tests
 from slokit.spec import load_spec
@@ -54,3 +57,46 @@ def test_generated_unit_tests_catch_a_broken_rule(tmp_path: Path, promtool_path:
     tested = run_rule_tests([tmp_path / "rules" / f"{service}.rules.test.yaml"])
     assert not tested.ok
     assert "SlokitErrorBudgetBurn" in tested.output
+
+
+@pytest.mark.prometheus
+def test_median_baseline_ignores_quiet_days(tmp_path: Path, promtool_path: str) -> None:
+    """The 7-day baseline is the median of the same 5m on each day that had enough traffic."""
+    spec = load_spec(ROOT / "examples" / "summarize.yaml")  # median_days: 7, min_rps: 0.01
+    assert spec.alerting.baseline.median_days == 7
+    rule = next(
+        r for g in recording_groups(spec) for r in g.rules if getattr(r, "record", "") == schema.RECORD_P99_BASELINE
+    )
+    (tmp_path / "baseline.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "b", "rules": [rule.to_data()]}]}), encoding="utf-8"
+    )
+    slo = 'service="summarize",model="qwen2-72b",class="batch",slo="e2e"'
+    rate = 'service="summarize",model="qwen2-72b",class="batch"'
+    tests = {
+        "rule_files": ["baseline.yaml"],
+        "evaluation_interval": "1d",
+        "tests": [
+            {
+                "interval": "1d",
+                "input_series": [
+                    # p99 on days 0..6 and now; day 2 was quiet (under min_rps), so its 30s p99 is ignored.
+                    {
+                        "series": f'{schema.RECORD_LATENCY_QUANTILE}{{{slo},quantile="0.99"}}',
+                        "values": "1 2 30 4 5 6 7 100",
+                    },
+                    {"series": f"{schema.RECORD_REQUEST_RATE}{{{rate}}}", "values": "1 1 0.001 1 1 1 1 1"},
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": f"{schema.RECORD_P99_BASELINE}{{{slo}}}",
+                        "eval_time": "7d",
+                        # days 0,1,3,4,5,6 -> 1 2 4 5 6 7: median 4.5
+                        "exp_samples": [{"labels": f"{schema.RECORD_P99_BASELINE}{{{slo}}}", "value": 4.5}],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "baseline.test.yaml").write_text(yaml.safe_dump(tests), encoding="utf-8")
+    result = run_rule_tests([tmp_path / "baseline.test.yaml"])
+    assert result.ok, result.output
