@@ -33,6 +33,7 @@ from slokit.local.procs import free_port
 from slokit.local.prometheus import (
     LocalPrometheus,
     OpenMetricsWriter,
+    PrometheusError,
     backfill_openmetrics,
     backfill_rules,
     move_blocks,
@@ -292,3 +293,27 @@ def test_recorded_values_match_python_on_real_prometheus(
     assert burn == pytest.approx(expected / budget, rel=1e-3)
     live_baseline = server.query(schema.RECORD_P99_BASELINE + '{service="itest"}', at=stamp).scalar()
     assert live_baseline == pytest.approx(baseline, rel=1e-9)  # yesterday's slow half hour, read at offset 1d
+
+
+@pytest.mark.prometheus
+def test_local_prometheus_reload_and_rule_errors(tmp_path: Path, prometheus_factory: Any) -> None:
+    """The helper others use: rules load, reload picks up a rewritten file, and a failing rule is reported."""
+    rules = tmp_path / "r.yaml"
+    one = [{"record": "slokit:test_one", "expr": "vector(1)"}]
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "g", "interval": "1s", "rules": one}]}))
+    server: LocalPrometheus = prometheus_factory(rule_files=[rules], evaluation_interval="1s")
+    server.start()
+    server.wait_rules_evaluated(timeout=30)
+    assert server.wait_for("slokit:test_one", timeout=30).scalar() == 1
+    two_series = 'label_replace(vector(1), "a", "x", "", "") or label_replace(vector(1), "a", "y", "", "")'
+    bad = [
+        {"record": "slokit:test_two", "expr": "vector(2)"},
+        {"record": "slokit:test_bad", "expr": f"vector(1) + on () group_left () ({two_series})"},
+    ]
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "g", "interval": "1s", "rules": bad}]}))
+    server.reload()
+    assert server.wait_for("slokit:test_two", timeout=30).scalar() == 2
+    with pytest.raises(PrometheusError, match="slokit:test_bad"):
+        server.wait_rules_evaluated(timeout=30)
+    answer = server.query("vector(3)", stats=True)
+    assert answer.scalar() == 3 and answer.stats
