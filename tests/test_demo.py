@@ -315,3 +315,10 @@ def test_load_levels_run_to_their_bounds_and_stop_when_asked(tmp_path: Path) -> 
         load.stop(timeout=60)
         assert not load.running and load.error is None
         assert 2 <= load.tally.sent < 200
+
+
+def test_cli_default_healthy_phase_matches_the_demo_config() -> None:
+    from slokit.commands.demo import DEFAULT_HEALTHY_SECONDS
+    from slokit.demo import DemoConfig
+
+    assert DemoConfig.healthy_seconds == DEFAULT_HEALTHY_SECONDS

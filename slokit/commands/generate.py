@@ -8,8 +8,6 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_specs_or_exit
-from slokit.generate import GenerateError, generate_all
-from slokit.generate.writer import write_files
 
 
 def generate(
@@ -30,6 +28,9 @@ def generate(
 
     Example: slokit generate examples/*.yaml -o . --check
     """
+    from slokit.generate import GenerateError, generate_all  # grafanalib and jinja2 load only for this command
+    from slokit.generate.writer import write_files
+
     loaded = load_specs_or_exit(specs)
     try:
         files = generate_all(loaded)

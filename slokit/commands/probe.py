@@ -7,17 +7,17 @@ import json
 import math
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_one_spec_or_exit
 from slokit.distributions import DistributionError
-from slokit.probe import Criteria, Endpoint, Limits, Load, SearchConfig, auto_warmup, probe_search, workload_for
-from slokit.probe import results as probe_results
-from slokit.probe.load import LoadKind, calibrate_tokens_per_word, discover_model, endpoint_url, run_level
-from slokit.probe.report import ProgressLine, document, print_summary
 from slokit.units import DurationError, parse_duration
+
+if TYPE_CHECKING:  # the probe (aiohttp-free client, pandas, matplotlib) loads only when the command runs
+    from slokit.probe import Criteria, Limits, Load, SearchConfig
+    from slokit.probe.load import LoadKind
 
 
 class ApiChoice(StrEnum):
@@ -151,6 +151,9 @@ def probe(
 
       slokit probe http://127.0.0.1:8000 --search rate --burstiness 0.5 --duration 30s -o probe-out/
     """
+    from slokit.probe import Criteria, Limits, Load, SearchConfig, workload_for
+    from slokit.probe.load import endpoint_url
+
     modes = [m for m in (concurrency is not None, rate is not None, search_var is not None) if m]
     if len(modes) > 1:
         raise _fail_usage("give one of --concurrency, --rate or --search")
@@ -250,6 +253,11 @@ async def _run(
     output: Path | None,
     as_json: bool,
 ) -> dict[str, Any]:
+    from slokit.probe import Endpoint, auto_warmup, probe_search
+    from slokit.probe import results as probe_results
+    from slokit.probe.load import calibrate_tokens_per_word, discover_model, run_level
+    from slokit.probe.report import ProgressLine, document, print_summary
+
     if model is None:
         model = await discover_model(url)
         if model is None:

@@ -33,6 +33,7 @@ def generate_all(specs: Iterable[Spec]) -> dict[str, str]:
     """Every generated file for every spec: relative path -> file content."""
     out: dict[str, str] = {}
     owners: dict[str, str] = {}
+    data_by_path: dict[str, Any] = {}
     for spec in specs:
         if spec.service in owners:
             raise GenerateError(
@@ -43,5 +44,12 @@ def generate_all(specs: Iterable[Spec]) -> dict[str, str]:
         spec_name = Path(spec.path).name if spec.path else spec.service
         for generator in GENERATORS:
             for relative, data in generator(spec).items():
+                if relative in data_by_path:
+                    # Files every spec writes alike (Grafana provisioning) name no single spec.
+                    if data_by_path[relative] != data:
+                        raise GenerateError(f"{spec.path} would overwrite {relative} with different content")
+                    out[relative] = render(relative, data, "the slokit specs")
+                    continue
+                data_by_path[relative] = data
                 out[relative] = render(relative, data, spec_name)
     return out
