@@ -24,6 +24,7 @@ from slokit import schema
 from slokit.generate import alerts, dashboards, rules, runbook
 from slokit.local.prometheus import LocalPrometheus, OpenMetricsWriter, PrometheusError, backfill_openmetrics
 from slokit.spec import Spec, load_spec
+from slokit.units import prom_duration
 from tests.test_dashboards import substitute
 from tests.test_runbook import promql_blocks
 
@@ -149,6 +150,9 @@ def stack(
     prom.wait_for(f'{schema.RECORD_LATENCY_QUANTILE}{{class="chat", slo="ttft", quantile="0.5"}}', timeout=90)
     prom.wait_for(schema.record_burn_rate("5m"), timeout=60)
     prom.wait_rules_evaluated(timeout=60)
+    # Long windows are tiled from shorter records across groups; the budget over the SLO window is the last link.
+    prom.wait_for(schema.RECORD_ERROR_BUDGET_REMAINING, timeout=60)
+    prom.wait_for(schema.record_burn_rate(prom_duration(spec.longest_alert_window())), timeout=60)
     yield spec, prom, gpu_end
 
 

@@ -20,11 +20,17 @@ def generate(
         bool, typer.Option("--check", help="Write nothing; exit 1 if any file would change (for CI).")
     ] = False,
 ) -> None:
-    """Generate everything a spec implies, under OUTPUT:
+    """Write the rules, alerts, promtool tests, dashboards, runbook and Kubernetes objects of specs.
 
-    rules/ (recording rules, alerts and their promtool tests), dashboards/ (Grafana JSON and provisioning),
-    runbooks/ (one Markdown runbook per service), exporters/ (PrometheusRule, pod spec with the GPU sidecar,
-    PodMonitor, autoscaling objects).
+    Under OUTPUT:
+
+    rules/: recording rules, alerts and their promtool unit tests.
+
+    dashboards/: Grafana dashboards (JSON) and provisioning files.
+
+    runbooks/: one Markdown runbook per service, a section per alert.
+
+    exporters/: PrometheusRule, vLLM + GPU sidecar Deployment, ConfigMap, PodMonitor, HPA, KEDA ScaledObject.
 
     Example: slokit generate examples/*.yaml -o . --check
     """

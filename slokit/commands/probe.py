@@ -253,7 +253,7 @@ async def _run(
     output: Path | None,
     as_json: bool,
 ) -> dict[str, Any]:
-    from slokit.probe import Endpoint, auto_warmup, probe_search
+    from slokit.probe import Endpoint, Limits, auto_warmup, probe_search
     from slokit.probe import results as probe_results
     from slokit.probe.load import calibrate_tokens_per_word, discover_model, run_level
     from slokit.probe.report import ProgressLine, document, print_summary
