@@ -335,6 +335,8 @@ RECORD_P99_BASELINE: Final = "slokit:latency_seconds:p99_baseline"  # same hour 
 RECORD_REQUEST_RATE: Final = "slokit:requests:rate5m"  # requests/s finishing, per model and class
 RECORD_CONSISTENCY: Final = "slokit:latency_p99_over_p50:ratio5m"
 RECORD_SCALE_OUT: Final = "slokit:scale_out:ratio"  # p99 TTFT / SLO threshold; autoscalers target the fraction
+# The scale-out record as prometheus-adapter exposes it on the external metrics API (colons are not allowed there).
+EXTERNAL_SCALE_OUT_METRIC: Final = "slokit_scale_out_ratio"
 RECORD_QUEUE_WAITING: Final = "slokit_engine:requests_waiting:max1m"
 RECORD_QUEUE_RUNNING: Final = "slokit_engine:requests_running:max1m"
 RECORD_KV_CACHE_USAGE: Final = "slokit_engine:kv_cache_usage:ratio"

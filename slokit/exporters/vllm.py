@@ -69,6 +69,13 @@ _HOOKS: dict[str, bool] = {}  # hook name -> installed
 _REGISTERED: dict[int, MetricStore] = {}  # id(registry) -> the store registered there
 
 
+def _declared(name: str | None) -> str:
+    """A name slokit's metric table declares (optional in the table only because vLLM's source may lack it)."""
+    if name is None:
+        raise RuntimeError("slokit's metric table lacks a name the exporter needs (slokit/schema.py)")
+    return name
+
+
 class _DrillFault(RuntimeError):
     """Raised on purpose for requests carrying the chaos-drill header (SLOKIT_EXPORTER_DRILL_HEADER)."""
 
@@ -237,7 +244,7 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             M.queue_time, "Time requests spent queued before first scheduled.", mec, schema.SLOKIT_QUEUE_BUCKETS
         )
         f["prompt_len"] = store.histogram(
-            M.prompt_tokens_histogram or "slokit_request_prompt_tokens",
+            _declared(M.prompt_tokens_histogram),
             "Prompt length of finished requests, in tokens.", mec, token_buckets(max_model_len),
         )  # fmt: skip
         f["finished"] = store.counter(
@@ -249,12 +256,8 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         f["waiting"] = store.gauge(M.requests_waiting, "Requests waiting in the engine's queue (scheduler).", me)
         f["kv"] = store.gauge(M.kv_cache_usage, "KV-cache block usage, 0 to 1.", me)
         f["preemptions"] = store.counter(M.preemptions, "Requests preempted by the scheduler.", me)
-        f["prefix_queries"] = store.counter(
-            M.prefix_cache_queries or "slokit_prefix_cache_queries_total", "Prefix-cache queried tokens.", me
-        )
-        f["prefix_hits"] = store.counter(
-            M.prefix_cache_hits or "slokit_prefix_cache_hits_total", "Prefix-cache hit tokens.", me
-        )
+        f["prefix_queries"] = store.counter(_declared(M.prefix_cache_queries), "Prefix-cache queried tokens.", me)
+        f["prefix_hits"] = store.counter(_declared(M.prefix_cache_hits), "Prefix-cache hit tokens.", me)
         f["class_running"] = store.gauge(
             schema.SLOKIT_CLASS_REQUESTS_RUNNING, "Requests past their first token, by class (frontend view).",
             (M.model_label, "class"), multiprocess_mode="livesum",

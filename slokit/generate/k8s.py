@@ -43,7 +43,7 @@ SLOKIT_IMAGE: Final = f"registry.example.com/slokit/slokit:{__version__}"
 PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc:9090"  # prometheus-operator's default service
 MIN_REPLICAS: Final = 1
 MAX_REPLICAS: Final = 8
-EXTERNAL_METRIC: Final = "slokit_scale_out_ratio"  # the recorded series as the external metrics API names it
+EXTERNAL_METRIC: Final = schema.EXTERNAL_SCALE_OUT_METRIC
 DOMAIN: Final = "slokit.dev"
 
 _DNS_BAD = re.compile(r"[^a-z0-9-]+")
