@@ -44,6 +44,7 @@ logger.flush()
 """
 
 
+@pytest.mark.vllm
 @pytest.mark.slow
 def test_two_api_server_processes_merge_on_the_multiprocess_endpoint(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}

@@ -35,7 +35,7 @@ from slokit.spec import Spec, load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-CRD_DIR = ROOT.parent / "shared" / "schemas" / "crds"  # upstream CRDs, read in place (never copied in)
+CRD_DIR = ROOT / "tests" / "data" / "crds"  # upstream CRDs, vendored unmodified (sources in its README.md)
 KUBERNETES_VERSIONS = ("1.29", kubernetes_validate.latest_version())
 CORE_KINDS = {"ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler"}
 CUSTOM_MODELS: dict[str, type[pydantic.BaseModel]] = {
@@ -101,11 +101,9 @@ def validate_custom(data: dict[str, Any]) -> list[str]:
 
 
 @functools.cache
-def strict_crd_schema(kind: str, version: str) -> dict[str, Any] | None:
+def strict_crd_schema(kind: str, version: str) -> dict[str, Any]:
     """The CRD's openAPIV3Schema with unknown keys forbidden wherever the schema lists properties."""
     path = CRD_DIR / CRD_FILES[kind]
-    if not path.exists():
-        return None
     crd = yaml.safe_load(path.read_text(encoding="utf-8"))
     for entry in crd["spec"]["versions"]:
         if entry["name"] == version:
@@ -165,13 +163,10 @@ def test_custom_resources_pass_their_typed_models_with_no_unknown_keys(objects: 
     assert kinds == {"PodMonitor", "PrometheusRule", "ScaledObject"}  # the rules generator's object included
 
 
-def test_custom_resources_pass_the_upstream_crd_schemas_when_available(objects: dict[str, Any]) -> None:
-    if not CRD_DIR.exists():
-        pytest.skip(f"upstream CRDs not found at {CRD_DIR}")
+def test_custom_resources_pass_the_upstream_crd_schemas(objects: dict[str, Any]) -> None:
     for path, data in objects.items():
         if data["kind"] in CRD_FILES:
             crd_schema = strict_crd_schema(data["kind"], data["apiVersion"].split("/")[1])
-            assert crd_schema is not None
             errors = sorted(jsonschema.Draft7Validator(crd_schema).iter_errors(data), key=str)
             assert not errors, f"{path}: {errors[0].message} at {list(errors[0].absolute_path)}"
 
@@ -195,8 +190,7 @@ def test_the_strict_checks_catch_a_misspelt_key(
     node[key] = "x"
     assert any(key in problem for problem in validate_custom(data))
     crd_schema = strict_crd_schema(kind, data["apiVersion"].split("/")[1])
-    if crd_schema is not None:
-        assert list(jsonschema.Draft7Validator(crd_schema).iter_errors(data))
+    assert list(jsonschema.Draft7Validator(crd_schema).iter_errors(data))
 
 
 def test_kubernetes_validate_catches_a_misspelt_core_key(objects: dict[str, Any]) -> None:
