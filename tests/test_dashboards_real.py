@@ -211,3 +211,42 @@ def test_variables_and_engine_label_come_from_the_engine(stack: tuple[Spec, Loca
     assert inner is not None
     result = prom.query(substitute(inner.group(1), spec))
     assert {s.labels.get(inner.group(2)) for s in result.samples} == {"0"}
+
+
+# What the backfilled GPU history holds per GPU, by the series a debugging panel plots (numbers written by hand
+# from `_gpu_history`, not read from the generator).
+GPU_PANEL_VALUES = {
+    "HBM used": {schema.GPU_MEMORY_USED: 70e9, schema.GPU_MEMORY_TOTAL: 80e9},
+    "NVLink throughput": {schema.GPU_NVLINK_TX: 40e9, schema.GPU_NVLINK_RX: 40e9},
+    "PCIe throughput": {schema.GPU_PCIE_TX: 2e9, schema.GPU_PCIE_RX: 3e9},
+    "GPU sidecar up": {schema.GPU_UP: 1.0},
+}
+
+
+def test_panels_read_the_values_that_were_written(stack: tuple[Spec, LocalPrometheus, float]) -> None:
+    """Not just data: the GPU panels read the backfilled figures, and the SLI counters count the requests sent."""
+    spec, prom, gpu_end = stack
+    board = dashboards.build(spec).dashboards["debugging"]
+    seen: set[str] = set()
+    for _, title, expr in dashboards.queries(board):
+        expected = GPU_PANEL_VALUES.get(title)
+        if expected is None:
+            continue
+        (metric,) = [name for name in expected if name in expr]
+        answer = prom.query(substitute(expr, spec, RATE_INTERVAL), at=gpu_end)
+        assert {s.labels.get(schema.GPU_UUID_LABEL) for s in answer.samples} == set(GPU_UUIDS), expr
+        for sample in answer.samples:
+            assert sample.value == pytest.approx(expected[metric], rel=1e-6), expr
+        seen.add(metric)
+    assert seen == {m for values in GPU_PANEL_VALUES.values() for m in values}
+    # Both bursts of `_traffic` went through after the first scrape: 20 chat and 8 batch requests, 28 in all. A
+    # series that the first request of its class created counts from 0; one that existed before counts from its
+    # first scraped value.
+    first_scrape = min(s.points[0][0] for s in prom.query(f"{spec.metrics.requests_running}[10m]").samples)
+    got: dict[str, float] = {}
+    for series in prom.query(spec.metrics.latency[schema.Sli.TTFT] + "_count[10m]").samples:
+        (start, first), (_, last) = series.points[0], series.points[-1]
+        key = series.labels.get(spec.metrics.class_label, "all") if spec.source is schema.Source.SLOKIT else "all"
+        got[key] = got.get(key, 0.0) + last - (first if start <= first_scrape + 1.5 else 0.0)
+    got = {k: v for k, v in got.items() if v}  # `other` saw none
+    assert got == ({"chat": 20, "batch": 8} if spec.source is schema.Source.SLOKIT else {"all": 28})
