@@ -118,7 +118,7 @@ def _traffic(base_url: str, model: str) -> None:
 @pytest.fixture(params=["slokit", "vllm"], ids=["source-slokit", "source-vllm"])
 def stack(
     request: pytest.FixtureRequest, vllm_server: Any, engine_spec_path: Path, prometheus_factory: Any, tmp_path: Path
-) -> Iterator[tuple[Spec, LocalPrometheus, float]]:
+) -> Iterator[tuple[Spec, LocalPrometheus, float, float]]:
     """Prometheus scraping the session engine every second with the generated rules, plus GPU history.
 
     Two specs read the same engine: the test engine's own (slokit's exporter, per-class series) and one reading
@@ -144,6 +144,8 @@ def stack(
     prom.start()
     # The first scrape must come before the traffic, or every counter starts at its final value and rates read 0.
     prom.wait_for(spec.metrics.requests_running, timeout=60)
+    time.sleep(1.5)  # one more scrape: the counters' values at `traffic_start` are the ones before any request
+    traffic_start = time.time()
     _traffic(vllm_server.base_url, vllm_server.served_model_name)
     time.sleep(3)
     _traffic(vllm_server.base_url, vllm_server.served_model_name)
@@ -153,7 +155,7 @@ def stack(
     # Long windows are tiled from shorter records across groups; the budget over the SLO window is the last link.
     prom.wait_for(schema.RECORD_ERROR_BUDGET_REMAINING, timeout=60)
     prom.wait_for(schema.record_burn_rate(prom_duration(spec.longest_alert_window())), timeout=60)
-    yield spec, prom, gpu_end
+    yield spec, prom, gpu_end, traffic_start
 
 
 def _allowed_empty(expr: str) -> str | None:
@@ -172,8 +174,8 @@ def _run(prom: LocalPrometheus, expr: str, gpu_end: float) -> tuple[str | None, 
         return str(exc), 0
 
 
-def test_every_dashboard_and_runbook_query_returns_data(stack: tuple[Spec, LocalPrometheus, float]) -> None:
-    spec, prom, gpu_end = stack
+def test_every_dashboard_and_runbook_query_returns_data(stack: tuple[Spec, LocalPrometheus, float, float]) -> None:
+    spec, prom, gpu_end, _ = stack
     checks: list[tuple[str, str, bool]] = []  # where, PromQL, must be non-empty
     for name, board in dashboards.build(spec).dashboards.items():
         for panel_id, title, expr in dashboards.queries(board):
@@ -203,8 +205,8 @@ def test_every_dashboard_and_runbook_query_returns_data(stack: tuple[Spec, Local
     assert len(checks) > 100
 
 
-def test_variables_and_engine_label_come_from_the_engine(stack: tuple[Spec, LocalPrometheus, float]) -> None:
-    spec, prom, _ = stack
+def test_variables_and_engine_label_come_from_the_engine(stack: tuple[Spec, LocalPrometheus, float, float]) -> None:
+    spec, prom, _, _ = stack
     board = dashboards.build(spec).dashboards["debugging"]
     (expr,) = dashboards.variable_queries(board)
     inner = re.fullmatch(r"label_values\((.*), (\w+)\)", expr)
@@ -223,9 +225,9 @@ GPU_PANEL_VALUES = {
 }
 
 
-def test_panels_read_the_values_that_were_written(stack: tuple[Spec, LocalPrometheus, float]) -> None:
+def test_panels_read_the_values_that_were_written(stack: tuple[Spec, LocalPrometheus, float, float]) -> None:
     """Not just data: the GPU panels read the backfilled figures, and the SLI counters count the requests sent."""
-    spec, prom, gpu_end = stack
+    spec, prom, gpu_end, traffic_start = stack
     board = dashboards.build(spec).dashboards["debugging"]
     seen: set[str] = set()
     for _, title, expr in dashboards.queries(board):
@@ -239,14 +241,20 @@ def test_panels_read_the_values_that_were_written(stack: tuple[Spec, LocalPromet
             assert sample.value == pytest.approx(expected[metric], rel=1e-6), expr
         seen.add(metric)
     assert seen == {m for values in GPU_PANEL_VALUES.values() for m in values}
-    # Both bursts of `_traffic` went through after the first scrape: 20 chat and 8 batch requests, 28 in all. A
-    # series that the first request of its class created counts from 0; one that existed before counts from its
-    # first scraped value.
-    first_scrape = min(s.points[0][0] for s in prom.query(f"{spec.metrics.requests_running}[10m]").samples)
-    got: dict[str, float] = {}
-    for series in prom.query(spec.metrics.latency[schema.Sli.TTFT] + "_count[10m]").samples:
-        (start, first), (_, last) = series.points[0], series.points[-1]
-        key = series.labels.get(spec.metrics.class_label, "all") if spec.source is schema.Source.SLOKIT else "all"
-        got[key] = got.get(key, 0.0) + last - (first if start <= first_scrape + 1.5 else 0.0)
+    # Both bursts of `_traffic` came after `traffic_start`: 20 chat and 8 batch requests, 28 in all. The baseline is
+    # each series' last scraped value before the traffic (a series that did not exist yet starts from 0), read at
+    # `traffic_start`; the final value is its newest sample.
+    count = spec.metrics.latency[schema.Sli.TTFT] + "_count"
+
+    def by_key(samples: Any) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for sample in samples:
+            key = sample.labels.get(spec.metrics.class_label, "all") if spec.source is schema.Source.SLOKIT else "all"
+            totals[key] = totals.get(key, 0.0) + sample.value
+        return totals
+
+    before = by_key(prom.query(count, at=traffic_start).samples)
+    after = by_key(prom.query(count).samples)
+    got = {key: value - before.get(key, 0.0) for key, value in after.items()}
     got = {k: v for k, v in got.items() if v}  # `other` saw none
     assert got == ({"chat": 20, "batch": 8} if spec.source is schema.Source.SLOKIT else {"all": 28})
