@@ -149,6 +149,8 @@ def stack(
     _traffic(vllm_server.base_url, vllm_server.served_model_name)
     time.sleep(3)
     _traffic(vllm_server.base_url, vllm_server.served_model_name)
+    # A scrape that began a second after the last response holds every request's observation.
+    prom.wait_for(f"timestamp(up) > {time.time() + 1:.3f}", timeout=30, poll=0.5)
     prom.wait_for(f'{schema.RECORD_LATENCY_QUANTILE}{{class="chat", slo="ttft", quantile="0.5"}}', timeout=90)
     prom.wait_for(schema.record_burn_rate("5m"), timeout=60)
     prom.wait_rules_evaluated(timeout=60)
