@@ -1212,7 +1212,7 @@ def panel_for(built: Built, rule: AlertRule) -> PanelRef:
         candidates.append(("queue",))
     if rule.kind is AlertKind.KV_CACHE:
         candidates.append(("kv",))
-    if rule.kind is AlertKind.ABSENT:
+    if rule.kind in (AlertKind.ABSENT, AlertKind.EXPORTER_GONE):
         candidates.append(("engines",))
     if sli:
         candidates.append(("latency", sli))

@@ -590,6 +590,13 @@ class _Builder:
                 "jobs cannot be scheduled predictably."
             )
             out.append("Users: batch jobs finish at unpredictable times; deadlines slip.")
+        elif rule.kind is AlertKind.EXPORTER_GONE:
+            out.append(
+                f"Every metric series of {who.lower()} is gone although it served requests within the last hour: "
+                "its pods are down, the scrape is broken, or the slokit plugin is not loaded. Every SLO alert of "
+                "this model is blind until the series are back."
+            )
+            out.append("Users: possibly a full outage of this model; check its pods and the scrape targets first.")
         elif rule.kind is AlertKind.ABSENT:
             out.append(
                 f"The metrics of {who.lower()} are missing: the exporter, the scrape or the engine is down. Every "
