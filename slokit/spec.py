@@ -877,7 +877,8 @@ class _Checker:
                         text = self._label_value(label_value, (*lpath, key))
                         if text is not None:
                             labels[key] = text
-        replica_labels = self.get(data, "replica_labels", path, self._replica_labels, ("instance",))
+        default_replica: tuple[str, ...] = ("instance",)
+        replica_labels = self.get(data, "replica_labels", path, self._replica_labels, default_replica)
         return Alerting(
             replica_labels=replica_labels,
             burn_rates=burn_rates,

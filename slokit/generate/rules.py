@@ -154,22 +154,23 @@ def _raws(
 
 # Sample-delta tiles. A tile is, per raw series, its last sample at t minus its last sample at t - 5m, both looked
 # up over TILE_LOOKBACK; consecutive tiles telescope (their sum over a window is exactly last(t) - last(t - W)),
-# so no event is estimated, dropped at a boundary or counted twice, and a missed scrape only moves an event into
-# the next tile. A drop (counter reset) counts the value after the reset, as `increase()` does; a series that is
-# new in the last hour counts from zero; a series that comes back after more than TILE_LOOKBACK without a reset
-# is not counted again from zero (that would add its whole history).
+# so no event is estimated, dropped at a tile boundary or counted twice, and a missed scrape only moves events into
+# the next tile. A tile that holds a counter reset counts the events before it (its highest sample minus the
+# previous tile's last) plus the value after it, as `increase()` over the raw range would. A series new in the
+# last TILE_SEEN counts from zero; one that comes back after more than TILE_LOOKBACK without a sample is not
+# counted from zero again (that would add its whole history): the events of such a long gap are lost.
 TILE_LOOKBACK: Final = 900.0
 TILE_SEEN: Final = 3600.0
 
 
 def tile_delta(raw: str) -> str:
     """The per-series, reset-aware sample delta of a counter selector over the last BASE_WINDOW."""
-    look = prom_duration(TILE_LOOKBACK)
-    base = prom_duration(BASE_WINDOW)
+    look, base = prom_duration(TILE_LOOKBACK), prom_duration(BASE_WINDOW)
     cur = f"last_over_time({raw}[{look}])"
     prev = f"last_over_time({raw}[{look}] offset {base})"
     seen = f"last_over_time({raw}[{prom_duration(TILE_SEEN)}] offset {base})"
-    return f"({cur} - {prev}) >= 0\n  or\n  ({cur} unless ({seen} unless {prev}))"
+    reset = f"{cur} + clamp_min(max_over_time({raw}[{base}]) - {prev}, 0)"
+    return f"({cur} - {prev}) >= 0\n  or\n  ({reset})\n  or\n  ({cur} unless {seen})"
 
 
 # ==============================================================================================================
