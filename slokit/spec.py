@@ -584,9 +584,7 @@ class _Checker:
     def _selector(self, value: Any, path: Path) -> dict[str, str]:
         """A `selector:` map of label names to values, checked as Prometheus label names and values."""
         if not isinstance(value, dict):
-            self.error(
-                path, f"must map label names to values (e.g. {{namespace: prod}}), not {_kind(value)}"
-            )
+            self.error(path, f"must map label names to values (e.g. {{namespace: prod}}), not {_kind(value)}")
             return {}
         out: dict[str, str] = {}
         for key, label_value in value.items():
