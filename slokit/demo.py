@@ -43,10 +43,11 @@ from typing import Any, Final, Protocol, TextIO
 
 import yaml
 
-from slokit import schema
+from slokit import promql, schema
 from slokit.distributions import Distribution, parse_distribution
 from slokit.generate import generate_all
 from slokit.generate.model import AlertKind, AlertRule
+from slokit.generate.queries import Queries
 from slokit.generate.writer import write_files
 from slokit.local.alertmanager import Alertmanager, severity_routes, start_alertmanager
 from slokit.local.procs import LOOPBACK, ManagedProcess, StartError, free_port
@@ -721,10 +722,9 @@ class _Story:
 
     # -- selectors (metric names from the schema; label names from the source) -------------------------------
     def _selector(self, with_class: bool) -> str:
-        parts = [f'{self.metrics.model_label}="{self.model.name}"']
-        if with_class and self.metrics.class_label:
-            parts.append(f'{self.metrics.class_label}="{self.request_class.name}"')
-        return "{" + ",".join(parts) + "}"
+        """`{model="...", class="..."}` with the spec's scope, quoted by queries.py."""
+        rc = self.request_class.name if with_class else None
+        return promql.selector("", Queries(self.spec).raw_matchers(self.model.name, rc))
 
     def q_waiting(self) -> str:
         return f"sum({self.metrics.requests_waiting}{self._selector(False)})"

@@ -304,6 +304,8 @@ RULE_LABEL_MODEL: Final = "model"
 RULE_LABEL_CLASS: Final = "class"
 RULE_LABEL_SLO: Final = "slo"
 RULE_LABEL_ENGINE: Final = "engine"
+# Marks each term of a tiled window so `or` keeps them all before they are summed away (never on a stored series).
+RULE_LABEL_TILE: Final = "slokit_tile"
 
 
 def record_sli_total(window: str) -> str:
@@ -328,7 +330,7 @@ def record_burn_rate(window: str) -> str:
 
 RECORD_ERROR_BUDGET_REMAINING: Final = "slokit:error_budget_remaining:ratio"  # over the SLO window, 1 = untouched
 RECORD_OBJECTIVE: Final = "slokit:objective:ratio"  # e.g. 0.95
-RECORD_LATENCY_BUCKET_RATE: Final = "slokit_engine:latency_bucket:rate5m"  # le, slo, model, class, engine
+RECORD_LATENCY_BUCKET_RATE: Final = "slokit_engine:latency_bucket:rate5m"  # le, slo, model, class, replica, engine
 RECORD_LATENCY_QUANTILE: Final = "slokit:latency_seconds:quantile5m"  # quantile, slo, model, class
 RECORD_ENGINE_LATENCY_QUANTILE: Final = "slokit_engine:latency_seconds:quantile5m"  # + engine
 RECORD_P99_BASELINE: Final = "slokit:latency_seconds:p99_baseline"  # same hour of day, offset (or 7-day median)

@@ -36,6 +36,9 @@ TIER_NAMES: Final = ("target", "acceptable", "critical")
 NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 HEADER_VALUE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 RUNBOOK_PLACEHOLDERS: Final = frozenset({"service", "alert"})
+LABEL_NAME_RE: Final = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Labels a `selector:` may not pin: slokit matches them itself per model, class and bucket.
+SELECTOR_RESERVED: Final = frozenset({"model", "model_name", "class", "le", "engine"})
 
 
 # ==============================================================================================================
@@ -206,6 +209,9 @@ class Model:
     gpu: str | None  # GPU preset name (h100-sxm, ...)
     tensor_parallel: int
     max_num_seqs: int  # the engine's --max-num-seqs: running requests at this level mean the engine is full
+    # Label matchers every raw series of this model carries (the spec's top-level `selector:` with the model's own
+    # merged over it), e.g. {namespace: prod, job: vllm}: staging traffic on the same model name never counts.
+    selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -267,6 +273,9 @@ class Alerting:
     kv_cache_usage_max: float  # KV-cache pressure alert level (0..1)
     labels: Mapping[str, str]  # extra labels on every alert
     grafana_url: str = ""  # Grafana base URL for dashboard-panel links in the runbook ("": links start at /d/...)
+    # Labels that tell one replica (pod) from another on engine-level series; vLLM's `engine` label is the
+    # data-parallel rank, "0" in every pod, so it is never enough alone.
+    replica_labels: tuple[str, ...] = ("instance",)
 
     def runbook_link(self, service: str, anchor: str) -> str:
         """The runbook URL for one alert section."""
@@ -302,6 +311,7 @@ class Spec:
     models: tuple[Model, ...]
     classes: tuple[RequestClass, ...]
     alerting: Alerting
+    selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # top-level `selector:`
     path: str = ""
     digest: str = field(default="", compare=False)
     text: str = field(default="", compare=False, repr=False)  # the spec as written (for the generated ConfigMap)
@@ -481,8 +491,8 @@ class _Checker:
         top = self.mapping(
             root,
             (),
-            ("version", "service", "description", "source", "window", "demo", "vllm", "models", "classes",
-             "alerting"),
+            ("version", "service", "description", "source", "window", "demo", "vllm", "selector", "models",
+             "classes", "alerting"),
             ("version", "service", "models", "classes"),
         )  # fmt: skip
         if not top and not isinstance(root, dict):
@@ -496,7 +506,8 @@ class _Checker:
         window = self.get(top, "window", (), self.duration, 28 * 86400.0)
         demo = self.get(top, "demo", (), self._bool, False)
         vllm = self._vllm(top.get("vllm", {}), ("vllm",))
-        models = self._models(top.get("models"), ("models",)) if "models" in top else ()
+        selector = self._selector(top["selector"], ("selector",)) if "selector" in top else {}
+        models = self._models(top.get("models"), ("models",), selector) if "models" in top else ()
         model_names = tuple(dict.fromkeys(m.name for m in models))
         classes = self._classes(top.get("classes"), ("classes",), model_names) if "classes" in top else ()
         alerting = self._alerting(top.get("alerting", {}), ("alerting",))
@@ -514,6 +525,7 @@ class _Checker:
             models=models,
             classes=classes,
             alerting=alerting,
+            selector=MappingProxyType(selector),
             path=self.file,
         )
 
@@ -569,12 +581,37 @@ class _Checker:
             return ()
         return tuple(numbers)
 
-    def _models(self, value: Any, path: Path) -> tuple[Model, ...]:
+    def _selector(self, value: Any, path: Path) -> dict[str, str]:
+        """A `selector:` map of label names to values, checked as Prometheus label names and values."""
+        if not isinstance(value, dict):
+            self.error(path, f"must map label names to values (e.g. {{namespace: prod}}), not {_kind(value)}")
+            return {}
+        out: dict[str, str] = {}
+        for key, label_value in value.items():
+            if not isinstance(key, str) or not LABEL_NAME_RE.match(key) or key.startswith("__"):
+                self.error(
+                    (*path, key), f"{key!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, no leading __)",
+                    at_key=True,
+                )  # fmt: skip
+            elif key in SELECTOR_RESERVED:
+                self.error((*path, key), f"{key!r} is chosen by slokit per model and class; leave it out", at_key=True)
+            else:
+                text = self._label_value(label_value, (*path, key))
+                if text is not None:
+                    out[key] = text
+        return out
+
+    def _models(self, value: Any, path: Path, selector: Mapping[str, str] | None = None) -> tuple[Model, ...]:
         models: list[Model] = []
         seen: dict[str, int] = {}
         for index, item in enumerate(self.items(value, path)):
             ipath = (*path, index)
-            data = self.mapping(item, ipath, ("name", "preset", "gpu", "tensor_parallel", "max_num_seqs"), ("name",))
+            data = self.mapping(
+                item, ipath, ("name", "preset", "gpu", "tensor_parallel", "max_num_seqs", "selector"), ("name",)
+            )
+            merged = dict(selector or {})
+            if "selector" in data:
+                merged.update(self._selector(data["selector"], (*ipath, "selector")))
             name = self.string(data["name"], (*ipath, "name")) if "name" in data else None
             if name is not None and name in seen:
                 self.error((*ipath, "name"), f"duplicate model {name!r} (also models[{seen[name]}])")
@@ -587,7 +624,7 @@ class _Checker:
             tp = self.get(data, "tensor_parallel", ipath, self._positive_int, 1)
             max_num_seqs = self.get(data, "max_num_seqs", ipath, self._positive_int, 256)
             if name is not None:
-                models.append(Model(name, preset, gpu, tp, max_num_seqs))
+                models.append(Model(name, preset, gpu, tp, max_num_seqs, MappingProxyType(merged)))
         return tuple(models)
 
     def _positive_int(self, value: Any, path: Path) -> int | None:
@@ -780,7 +817,7 @@ class _Checker:
             value,
             path,
             ("burn_rates", "baseline", "scale_out", "severity", "runbook_url", "tier_for", "kv_cache_usage_max",
-             "labels", "grafana_url"),
+             "labels", "grafana_url", "replica_labels"),
         )  # fmt: skip
         burn_rates = DEFAULT_BURN_RATES
         if "burn_rates" in data:
@@ -830,7 +867,7 @@ class _Checker:
                 self.error(lpath, f"must be a mapping of label names to values, not {_kind(raw)}")
             else:
                 for key, label_value in raw.items():
-                    if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", key) or key.startswith("__"):
+                    if not LABEL_NAME_RE.match(key) or key.startswith("__"):
                         self.error((*lpath, key), f"{key!r} is not a Prometheus label name", at_key=True)
                     elif key in {"severity", "service", "slo", "model", "class", "alertname"}:
                         self.error((*lpath, key), f"{key!r} is set by slokit on every alert", at_key=True)
@@ -838,7 +875,10 @@ class _Checker:
                         text = self._label_value(label_value, (*lpath, key))
                         if text is not None:
                             labels[key] = text
+        default_replica: tuple[str, ...] = ("instance",)
+        replica_labels = self.get(data, "replica_labels", path, self._replica_labels, default_replica)
         return Alerting(
+            replica_labels=replica_labels,
             burn_rates=burn_rates,
             baseline=baseline,
             scale_out=scale_out,
@@ -849,6 +889,24 @@ class _Checker:
             kv_cache_usage_max=kv_max,
             labels=MappingProxyType(labels),
         )
+
+    def _replica_labels(self, value: Any, path: Path) -> tuple[str, ...] | None:
+        if not isinstance(value, list) or not value:
+            self.error(path, f"must be a non-empty list of label names (e.g. [namespace, pod]), not {_kind(value)}")
+            return None
+        out: list[str] = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str) or not LABEL_NAME_RE.match(item) or item.startswith("__"):
+                self.error((*path, index), f"{item!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+                return None
+            if item in SELECTOR_RESERVED or item in {"le", "engine"}:
+                self.error((*path, index), f"{item!r} cannot tell replicas apart; use e.g. instance or pod")
+                return None
+            if item in out:
+                self.error((*path, index), f"{item!r} is listed twice")
+                return None
+            out.append(item)
+        return tuple(out)
 
     def _for(self, value: Any, path: Path) -> float | None:
         try:

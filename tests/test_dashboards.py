@@ -110,8 +110,8 @@ def test_tier_thresholds_drawn_on_latency_panels() -> None:
     ttft = next(p for p in board["panels"] if p["title"].startswith("TTFT p50"))
     legends = {t["legendFormat"]: t["expr"] for t in ttft["targets"]}
     chat = (
-        ' and on () count(rate(slokit_time_to_first_token_seconds_count{model=~"$model", class="chat", '
-        'class=~"$class"}[$__rate_interval]))'
+        ' and on () count(rate(slokit_time_to_first_token_seconds_count{namespace="prod", job="vllm", '
+        'model=~"$model", class="chat", class=~"$class"}[$__rate_interval]))'
     )
     assert legends["chat p95 acceptable 500ms"] == "vector(0.5)" + chat
     assert legends["code p50 critical 500ms"] == "vector(0.5)" + chat.replace('"chat"', '"code"')

@@ -99,7 +99,13 @@ def test_alerts_carry_the_contract_labels_and_unique_runbook_sections(spec: Spec
         assert alert.labels["service"] == spec.service
         assert set(alert.annotations) == {"summary", "description", "runbook_url"}
         assert alert.annotations["runbook_url"].endswith("#" + alert.anchor)
-        assert "{{" not in alert.annotations["summary"]
+        summary = alert.annotations["summary"]
+        if alert.name in (alerts.NAME_QUEUE, alerts.NAME_KV_FULL, alerts.NAME_PREEMPTING):
+            # engine alerts name the replica: only label templates, every replica label and the engine
+            assert "{{ $labels.instance }}" in summary and "{{ $labels.engine }}" in summary
+            assert "$value" not in summary
+        else:
+            assert "{{" not in summary
         if alert.request_class is not None:
             assert alert.labels["class"] == alert.request_class and alert.labels["slo"]
 

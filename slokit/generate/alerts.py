@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from slokit import schema
+from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
 from slokit.promql import eq, number, selector
 from slokit.schema import SLI_TITLES, Sli
@@ -25,6 +26,10 @@ from slokit.spec import PERCENTILES, BurnRateWindow, RequestClass, Spec
 from slokit.units import format_duration, prom_duration
 
 ABSENT_FOR: Final = 600.0  # missing metrics for 10 minutes: a scrape hiccup is not an alert
+# Pages and tickets stay firing this long after their condition clears, so a restart or a scrape gap in the middle
+# of an incident (the short windows read 0 while the data is missing) does not resolve and re-fire it.
+KEEP_FIRING_FOR: Final = 600.0
+SERVED_WITHIN: Final = 3600.0  # the exporter-gone page is for models that served traffic this recently
 
 NAME_BURN: Final = "SlokitErrorBudgetBurn"
 NAME_ACCEPTABLE: Final = "SlokitLatencyAboveAcceptable"
@@ -36,6 +41,7 @@ NAME_KV_FULL: Final = "SlokitKVCacheNearFull"
 NAME_PREEMPTING: Final = "SlokitEnginePreempting"
 NAME_CONSISTENCY: Final = "SlokitLatencyInconsistent"
 NAME_ABSENT: Final = "SlokitMetricsAbsent"
+NAME_EXPORTER_GONE: Final = "SlokitExporterGone"
 
 SUMMARIES: Final = {
     NAME_BURN: "Latency error budget is burning too fast.",
@@ -43,12 +49,15 @@ SUMMARIES: Final = {
     NAME_CRITICAL: "A latency percentile is worse than its critical tier.",
     NAME_BASELINE: "p99 latency is far above the same hour's baseline.",
     NAME_SCALE_OUT: "p99 time to first token is close to its SLO; add capacity.",
-    NAME_QUEUE: "Requests are queueing on an engine that is already full.",
-    NAME_KV_FULL: "An engine's KV cache is nearly full.",
-    NAME_PREEMPTING: "An engine is preempting requests.",
+    NAME_QUEUE: "Requests are queueing on an engine that is already full ({replica}).",
+    NAME_KV_FULL: "An engine's KV cache is nearly full ({replica}).",
+    NAME_PREEMPTING: "An engine is preempting requests ({replica}).",
     NAME_CONSISTENCY: "Batch latency is inconsistent: p99 is too far above p50.",
     NAME_ABSENT: "slokit cannot see a model's latency metrics.",
+    NAME_EXPORTER_GONE: "A model that was serving traffic has lost every metric series: its SLO is blind.",
 }
+# Engine alerts name the replica: `{replica}` above becomes its labels, e.g. `{{ $labels.instance }} engine 0`.
+REPLICA_SUMMARIES: Final = frozenset({NAME_QUEUE, NAME_KV_FULL, NAME_PREEMPTING})
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,12 @@ def skipped_burn_tiers(spec: Spec) -> list[SkippedTier]:
     return out
 
 
+def replica_text(spec: Spec) -> str:
+    """`{{ $labels.instance }} engine {{ $labels.engine }}`: the replica as an alert template names it."""
+    labels = "/".join(f"{{{{ $labels.{label} }}}}" for label in spec.alerting.replica_labels)
+    return f"{labels} engine {{{{ $labels.{schema.RULE_LABEL_ENGINE} }}}}"
+
+
 class _Builder:
     """Collects alert rules, giving each its own runbook title, anchor and URL."""
 
@@ -122,6 +137,7 @@ class _Builder:
         request_class: RequestClass | None = None,
         sli: Sli | None = None,
         extra_labels: Mapping[str, str] | None = None,
+        keep_firing: bool = True,
     ) -> None:
         spec = self.spec
         labels: dict[str, str] = {"severity": spec.alerting.severity.label(severity), "service": spec.service}
@@ -139,8 +155,11 @@ class _Builder:
         if anchor in self.anchors:
             raise ValueError(f"two alerts would share the runbook section {anchor!r}")
         self.anchors.add(anchor)
+        summary = SUMMARIES[name]
+        if name in REPLICA_SUMMARIES:
+            summary = summary.replace("{replica}", replica_text(spec))
         annotations = {
-            "summary": SUMMARIES[name],
+            "summary": summary,
             "description": description,
             "runbook_url": spec.alerting.runbook_link(spec.service, anchor),
         }
@@ -157,6 +176,7 @@ class _Builder:
                 model=model,
                 request_class=request_class.name if request_class is not None else None,
                 sli=sli,
+                keep_firing_for=prom_duration(KEEP_FIRING_FOR) if keep_firing else "",
             )
         )
 
@@ -280,15 +300,17 @@ def _scale_out_alerts(b: _Builder) -> None:
 
 def _engine_alerts(b: _Builder) -> None:
     spec = b.spec
+    replica = replica_text(spec)
     for model in spec.models:
         m = [eq(schema.RULE_LABEL_SERVICE, spec.service), eq(schema.RULE_LABEL_MODEL, model.name)]
-        on = f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL}, {schema.RULE_LABEL_ENGINE})"
+        keys = (schema.RULE_LABEL_SERVICE, *queries.Queries(spec).engine_keys)
+        on = f"on ({', '.join(keys)})"
         expr = (
             f"{selector(schema.RECORD_QUEUE_WAITING, m)} > 0\n"
             f"and {on}\n{selector(schema.RECORD_QUEUE_RUNNING, m)} >= {model.max_num_seqs}"
         )
         description = (
-            f"Engine {{{{ $labels.engine }}}} of {model.name} has {{{{ $value }}}} requests waiting while it runs "
+            f"Engine {replica} of {model.name} has {{{{ $value }}}} requests waiting while it runs "
             f"its maximum of {model.max_num_seqs} (max_num_seqs); new requests wait for a slot and time to first "
             "token grows."
         )
@@ -297,14 +319,14 @@ def _engine_alerts(b: _Builder) -> None:
         kv = spec.alerting.kv_cache_usage_max
         expr = f"{selector(schema.RECORD_KV_CACHE_USAGE, m)} > {number(kv)}"
         description = (
-            f"Engine {{{{ $labels.engine }}}} of {model.name} has {{{{ $value | humanizePercentage }}}} of its KV "
+            f"Engine {replica} of {model.name} has {{{{ $value | humanizePercentage }}}} of its KV "
             f"cache in use, above {kv:.0%}; new sequences must wait or preempt running ones."
         )
         b.add(NAME_KV_FULL, AlertKind.KV_CACHE, expr, spec.alerting.tier_for, "ticket", description, "",
               model=model.name)  # fmt: skip
         expr = f"{selector(schema.RECORD_PREEMPTIONS, m)} > 0"
         description = (
-            f'Engine {{{{ $labels.engine }}}} of {model.name} preempts {{{{ $value | printf "%.2f" }}}} requests/s '
+            f'Engine {replica} of {model.name} preempts {{{{ $value | printf "%.2f" }}}} requests/s '
             "(5m rate): the KV cache is too small for the running batch, and preempted requests are recomputed."
         )
         b.add(NAME_PREEMPTING, AlertKind.KV_CACHE, expr, spec.alerting.tier_for, "ticket", description, "",
@@ -346,12 +368,42 @@ def _absent_alerts(b: _Builder) -> None:
         if model.name not in served:
             continue
         metric, _ = absent_metric(spec, model.name)
-        expr = f"absent({selector(metric, [eq(spec.metrics.model_label, model.name)])})"
+        expr = f"absent({queries.Queries(spec).raw(metric, model.name)})"
         description = (
             f"No {metric} series for {model.name} for {format_duration(ABSENT_FOR)}: every engine is down, not "
             "scraped, or not exporting. The SLO cannot be measured and no other slokit alert can fire for it."
         )
-        b.add(NAME_ABSENT, AlertKind.ABSENT, expr, ABSENT_FOR, "ticket", description, "", model=model.name)
+        b.add(NAME_ABSENT, AlertKind.ABSENT, expr, ABSENT_FOR, "ticket", description, "", model=model.name,
+              keep_firing=False)  # fmt: skip
+
+
+def _exporter_gone_alerts(b: _Builder) -> None:
+    """Page when a model that served requests in the last hour has had no raw series for 10 minutes.
+
+    Without its series no SLO alert of the model can fire, so losing every exporter mid-incident must not be
+    quieter than the incident. Labelled with service and model (and severity page) so Alertmanager groups it
+    with that model's SLO pages. A model that never had traffic never pages (its 5m totals are all zero).
+    """
+    spec = b.spec
+    q = queries.Queries(spec)
+    served = {m for rc in spec.classes if any(s.objective for s in rc.slos.values()) for m in rc.models}
+    gone = prom_duration(ABSENT_FOR)
+    for model in spec.models:
+        if model.name not in served:
+            continue
+        metric, _ = absent_metric(spec, model.name)
+        traffic = q.recorded(schema.record_sli_total(prom_duration(300)), model=model.name)
+        expr = (
+            f"absent_over_time({q.raw(metric, model.name)}[{gone}])\n"
+            f"and on () (max(max_over_time({traffic}[{prom_duration(SERVED_WITHIN)}])) > 0)"
+        )
+        description = (
+            f"{model.name} served requests within the last {format_duration(SERVED_WITHIN)}, but no {metric} "
+            f"series has been scraped for {format_duration(ABSENT_FOR)}: every exporter of the model is gone "
+            "(pods down, scrape broken, or the plugin not loaded), so none of its SLO alerts can fire."
+        )
+        b.add(NAME_EXPORTER_GONE, AlertKind.EXPORTER_GONE, expr, 0, "page", description, "", model=model.name,
+              keep_firing=False)  # fmt: skip
 
 
 def alert_rules(spec: Spec) -> list[AlertRule]:
@@ -364,4 +416,5 @@ def alert_rules(spec: Spec) -> list[AlertRule]:
     _consistency_alerts(builder)
     _engine_alerts(builder)
     _absent_alerts(builder)
+    _exporter_gone_alerts(builder)
     return builder.rules

@@ -33,8 +33,9 @@ from typing import Any, Final
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
-from slokit import schema
+from slokit import promql, schema
 from slokit.generate.model import AlertKind, AlertRule
+from slokit.generate.queries import Queries
 from slokit.generate.writer import notice
 from slokit.schema import Sli, Source
 from slokit.spec import PERCENTILES, TIER_NAMES, RequestClass, SloSpec, Spec
@@ -125,8 +126,13 @@ class _Board:
 # PromQL helpers (selectors with Grafana variables; values quoted, never spliced raw)
 # ==============================================================================================================
 def _quote(value: str) -> str:
-    """A PromQL string literal."""
-    return json.dumps(value)
+    """A PromQL string literal (promql.py's quoting)."""
+    return promql.quote(value)
+
+
+def _scope(spec: Spec) -> list[str]:
+    """The spec's deployment scope (`selector:` labels every model shares, from queries.py) as matchers."""
+    return [f"{label}{op}{_quote(value)}" for label, op, value in Queries(spec).common_selector()]
 
 
 def _selector(metric: str, matchers: Sequence[str]) -> str:
@@ -175,10 +181,11 @@ class _Q:
 
     @property
     def by(self) -> str:
-        """Grouping labels for per-series panels: model, class (where the source has it), engine."""
+        """Grouping labels for per-series panels: model, class (where the source has it), replica, engine."""
         labels = [self.model]
         if self.m.class_label is not None:
             labels.append(self.m.class_label)
+        labels.extend(self.spec.alerting.replica_labels)
         labels.append(self.m.engine_label)
         return ", ".join(labels)
 
@@ -188,7 +195,7 @@ class _Q:
 
     def raw(self, *, with_class: bool = True, with_engine: bool = True) -> list[str]:
         """Matchers on raw (exporter) metrics for the dashboard variables."""
-        matchers = [_var(self.model, "model")]
+        matchers = [*_scope(self.spec), _var(self.model, "model")]
         if with_class and self.m.class_label is not None:
             matchers.append(_var(self.m.class_label, "class"))
         if with_engine:
@@ -197,7 +204,7 @@ class _Q:
 
     def engine_only(self) -> list[str]:
         """Matchers for engine-level gauges (no class label even on the slokit source)."""
-        return [_var(self.model, "model"), _var(self.m.engine_label, "engine")]
+        return [*_scope(self.spec), _var(self.model, "model"), _var(self.m.engine_label, "engine")]
 
 
 def _recorded(service_var: bool = True, *, model: bool = True, request_class: bool = True) -> list[str]:
@@ -450,7 +457,8 @@ def _templating(spec: Spec) -> g.Templating:
         name="engine",
         label="Engine",
         query={
-            "query": f"label_values({_selector(m.requests_running, [_var(m.model_label, 'model')])}, {m.engine_label})",
+            "query": f"label_values({_selector(m.requests_running, [*_scope(spec), _var(m.model_label, 'model')])}, "
+            f"{m.engine_label})",
             "refId": "engine",
         },
         type="query",
@@ -726,11 +734,11 @@ def _class_selected(spec: Spec, rc: RequestClass, sli: Sli) -> str:
     Two matchers on one label are allowed in PromQL: the class's own value, and the variable's regex.
     """
     m = spec.metrics
-    matchers = [_var(m.model_label, "model")]
+    matchers = [*_scope(spec), _var(m.model_label, "model")]
     if m.class_label is not None:
         matchers += [_eq(m.class_label, rc.name), _var(m.class_label, "class")]
     else:  # vLLM's own metrics: the class is its models
-        matchers.append(f"{m.model_label}=~{_quote('|'.join(re.escape(name) for name in rc.models))}")
+        matchers.append(f"{m.model_label}=~{_quote(promql.any_of(rc.models))}")
     return f" and on () count({_rate(m.latency[sli] + '_count', matchers)})"
 
 
@@ -853,13 +861,13 @@ def _debugging(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelR
     q = _Q(spec)
     m = spec.metrics
     model, engine = m.model_label, m.engine_label
-    by_engine = f"{model}, {engine}"
+    by_engine = ", ".join([model, *spec.alerting.replica_labels, engine])
 
     # 1. Queue depth ------------------------------------------------------------------------------------------
     board.row("1. Queue depth: more concurrent requests than the engine can run?")
     waiting = f"sum by ({by_engine}) ({_selector(m.requests_waiting, q.engine_only())})"
     running = f"sum by ({by_engine}) ({_selector(m.requests_running, q.engine_only())})"
-    serving = f"group by ({model}) ({_selector(m.requests_running, [_var(model, 'model')])})"
+    serving = f"group by ({model}) ({_selector(m.requests_running, [*_scope(spec), _var(model, 'model')])})"
     maxima = [
         (
             f"{_constant(float(model_spec.max_num_seqs), {model: model_spec.name})} and on ({model}) {serving}",
@@ -1110,7 +1118,7 @@ def _debugging(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelR
         5,
         key=("gpu_up",),
     )
-    engines = f"count by ({model}) ({_selector(m.requests_running, [_var(model, 'model')])})"
+    engines = f"count by ({model}) ({_selector(m.requests_running, [*_scope(spec), _var(model, 'model')])})"
     board.add(
         _stat(
             "Engines reporting",
@@ -1212,7 +1220,7 @@ def panel_for(built: Built, rule: AlertRule) -> PanelRef:
         candidates.append(("queue",))
     if rule.kind is AlertKind.KV_CACHE:
         candidates.append(("kv",))
-    if rule.kind is AlertKind.ABSENT:
+    if rule.kind in (AlertKind.ABSENT, AlertKind.EXPORTER_GONE):
         candidates.append(("engines",))
     if sli:
         candidates.append(("latency", sli))

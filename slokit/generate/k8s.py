@@ -23,7 +23,7 @@ import re
 from pathlib import PurePath
 from typing import Any, Final
 
-from slokit import __version__, schema
+from slokit import __version__, promql, schema
 from slokit.generate.writer import to_yaml
 from slokit.schema import Sli, Source
 from slokit.spec import Model, Spec
@@ -167,7 +167,7 @@ def adapter_rules() -> dict[str, Any]:
             {
                 "seriesQuery": f'{{__name__="{schema.RECORD_SCALE_OUT}",{schema.RULE_LABEL_SERVICE}!=""}}',
                 "resources": {"namespaced": False},
-                "name": {"matches": f"^{re.escape(schema.RECORD_SCALE_OUT)}$", "as": EXTERNAL_METRIC},
+                "name": {"matches": f"^{promql.regex_escape(schema.RECORD_SCALE_OUT)}$", "as": EXTERNAL_METRIC},
                 "metricsQuery": "max(<<.Series>>{<<.LabelMatchers>>})",
             }
         ]

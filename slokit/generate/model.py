@@ -26,6 +26,7 @@ class AlertKind(StrEnum):
     KV_CACHE = "kv_cache"  # KV cache near full or preempting
     CONSISTENCY = "consistency"  # batch classes: p99/p50 above the limit
     ABSENT = "absent"  # metrics missing or scrape target down
+    EXPORTER_GONE = "exporter_gone"  # a model that served traffic in the last hour has no series: page
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,15 @@ class AlertRule:
     model: str | None = None
     request_class: str | None = None
     sli: Sli | None = None
+    keep_firing_for: str = ""  # Prometheus >= 2.42: stay firing this long after the condition clears ("" none)
 
     def to_data(self) -> dict[str, Any]:
         """Prometheus rule-file form."""
         data: dict[str, Any] = {"alert": self.name, "expr": self.expr}
         if self.for_ not in ("", "0s"):
             data["for"] = self.for_
+        if self.keep_firing_for not in ("", "0s"):
+            data["keep_firing_for"] = self.keep_firing_for
         data["labels"] = dict(self.labels)
         data["annotations"] = dict(self.annotations)
         return data

@@ -37,7 +37,8 @@ FINE_STEP: Final = 60
 COARSE_STEP: Final = 300
 _STEP: ContextVar[int] = ContextVar("promtool_test_step", default=FINE_STEP)
 RPM: Final = 60  # requests per minute in every input
-ENGINE: Final = "0"
+ENGINE: Final = "0"  # vLLM's data-parallel rank: the same in every pod
+REPLICA: Final = "a"
 
 
 # ==============================================================================================================
@@ -144,19 +145,31 @@ def _series_values(per_minute: float, minutes: int) -> str:
     return f"0+{number(per_minute)}x{minutes}"
 
 
-def _raw_labels(spec: Spec, model: str, rc: RequestClass | None) -> dict[str, str]:
+def _raw_labels(spec: Spec, model: str, rc: RequestClass | None, replica: str = REPLICA) -> dict[str, str]:
+    """Labels of one replica's raw series: the model's deployment scope, model, class, replica labels, engine."""
     metrics = spec.metrics
-    labels = {metrics.model_label: model}
+    labels = dict(spec.model(model).selector) if model in {m.name for m in spec.models} else {}
+    labels[metrics.model_label] = model
     if metrics.class_label is not None and rc is not None:
         labels[metrics.class_label] = rc.name
+    labels.update(_replica(spec, replica))
     labels[metrics.engine_label] = ENGINE
     return labels
 
 
+def _replica(spec: Spec, replica: str) -> dict[str, str]:
+    """The replica labels of one replica, e.g. {instance: "replica-a"}."""
+    return {label: f"{label}-{replica}" for label in spec.alerting.replica_labels}
+
+
 def _histogram_inputs(
-    spec: Spec, model: str, rc: RequestClass, sli: Sli, scenario: Scenario | None, minutes: int
-) -> tuple[list[dict[str, str]], list[float]]:
-    """Input series of one histogram; returns them and the cumulative per-minute counts (+Inf last)."""
+    spec: Spec, model: str, rc: RequestClass, sli: Sli, scenario: Scenario | None, minutes: int,
+    values: Callable[[float, int], str] | None = None,
+) -> tuple[list[dict[str, str]], list[float]]:  # fmt: skip
+    """Input series of one histogram; returns them and the cumulative per-minute counts (+Inf last).
+
+    `values(per_minute, minutes)` writes each series' promtool values (default: a steady counter from zero)."""
+    series_values = values or _series_values
     bounds = spec.buckets(sli)
     name = spec.metrics.latency[sli]
     base = _raw_labels(spec, model, rc)
@@ -170,9 +183,9 @@ def _histogram_inputs(
     for i, bound in enumerate([*bounds, math.inf]):
         le = "+Inf" if math.isinf(bound) else format_le(bound)
         out.append({"series": selector(f"{name}_bucket", [(k, "=", v) for k, v in {**base, "le": le}.items()]),
-                    "values": _series_values(cumulative[i], minutes)})  # fmt: skip
+                    "values": series_values(cumulative[i], minutes)})  # fmt: skip
     out.append({"series": selector(f"{name}_count", [(k, "=", v) for k, v in base.items()]),
-                "values": _series_values(cumulative[-1], minutes)})  # fmt: skip
+                "values": series_values(cumulative[-1], minutes)})  # fmt: skip
     return out, cumulative
 
 
@@ -424,8 +437,19 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
             ]  # fmt: skip
         return out
 
+    def replicas() -> list[dict[str, str]]:
+        out = []
+        for model in spec.models:
+            for replica, running, waiting in (("a", model.max_num_seqs, 0), ("b", max(1, model.max_num_seqs // 2), 5)):
+                m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None, replica).items()]
+                out += [
+                    {"series": selector(metrics.requests_waiting, m), "values": f"{waiting}x{minutes}"},
+                    {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
+                ]
+        return out
+
     def value(rule: AlertRule, at: int) -> tuple[float, dict[str, str]]:
-        labels = {"service": spec.service, "model": rule.model or "", "engine": ENGINE}
+        labels = {"service": spec.service, "model": rule.model or "", **_replica(spec, REPLICA), "engine": ENGINE}
         if rule.kind is AlertKind.QUEUE_OVERLOAD:
             return 5.0, labels
         if rule.name == alerts_mod.NAME_KV_FULL:
@@ -437,6 +461,10 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
          "input_series": inputs(True, True), "alert_rule_test": _checks(rules, rules, value, timed=True)},
         {"name": "engines healthy: half full, nothing waiting", "interval": "1m",
          "input_series": inputs(False, True), "alert_rule_test": _silent(rules, end)},
+        {"name": "two replicas, both engine=\"0\": one full with an empty queue, one half full with requests waiting; "
+                 "no queue alert (each replica on its own)", "interval": "1m",
+         "input_series": replicas(), "alert_rule_test": _silent([r for r in rules if r.name == alerts_mod.NAME_QUEUE],
+                                                               end)},
         {"name": "engines idle: zero traffic", "interval": "1m",
          "input_series": inputs(False, False), "alert_rule_test": _silent(rules, end)},
     ]  # fmt: skip
@@ -450,13 +478,14 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     model_label = spec.metrics.model_label
 
     def value(rule: AlertRule) -> tuple[float, dict[str, str]]:
-        return 1.0, {model_label: rule.model or ""}
+        # absent() keeps the equality matchers of its selector: the model's deployment scope and the model
+        return 1.0, {**spec.model(rule.model or "").selector, model_label: rule.model or ""}
 
     present = []
     idle = []
     for rule in rules:
         metric, _ = alerts_mod.absent_metric(spec, rule.model or "")
-        series = selector(metric, [(model_label, "=", rule.model or ""), ("engine", "=", ENGINE)])
+        series = selector(metric, [(k, "=", v) for k, v in _raw_labels(spec, rule.model or "", None).items()])
         present.append({"series": series, "values": _series_values(RPM, minutes)})
         idle.append({"series": series, "values": _series_values(0, minutes)})
     end = minutes * 60 - 120
@@ -471,6 +500,95 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     ]  # fmt: skip
 
 
+RESTART_GAP_MINUTES: Final = 7  # a pod restart: no sample for 7 minutes, then every counter from zero
+
+
+def _restart_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Pages stay firing through a restart in the middle of an outage (keep_firing_for), for every SLO at once.
+
+    Every request is slow; once the pages fire, every engine restarts: no sample for 7 minutes, then the
+    counters start again from zero. While the data is missing the 5m window reads no events and the page
+    condition is false; the page must stay firing with the same value, and still fire after the restart."""
+    burn = [r for r in all_rules if r.kind is AlertKind.BURN_RATE]
+    pages = [r for r in burn if r.labels.get("severity") == spec.alerting.severity.page]
+    if not pages:
+        return []
+    step = _STEP.get()
+    fired = max(fires_at(r) for r in pages)
+    gap_from = math.ceil((fired + 120) / step) * step // 60  # the last sample before the crash (minute)
+    minutes = gap_from + RESTART_GAP_MINUTES + 30
+
+    def restart(per_minute: float, _: int) -> str:
+        before = f"0+{number(per_minute)}x{gap_from}"
+        return f"{before} _x{RESTART_GAP_MINUTES} 0+{number(per_minute)}x{minutes - gap_from - RESTART_GAP_MINUTES}"
+
+    inputs: list[dict[str, str]] = []
+    values: dict[int, tuple[float, dict[str, str]]] = {}
+    for rc in spec.classes:
+        for sli, slo in rc.slos.items():
+            if slo.objective is None:
+                continue
+            for model in rc.models:
+                inputs += _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes, restart)[0]
+                for rule in burn:
+                    if rule.model == model and rule.request_class == rc.name and rule.sli is sli:
+                        labels = _slo_series_labels(spec, model, rc, sli)
+                        values[id(rule)] = (1.0 / (1.0 - slo.objective.target_ratio), labels)
+    checks = []
+    for t in (gap_from * 60 + 300, (gap_from + RESTART_GAP_MINUTES + 3) * 60):
+        at = math.ceil(t / step) * step
+        expected = [_expected(r, *values[id(r)]) for r in burn if fires_at(r) <= at]
+        checks.append({"eval_time": _dur(at), "alertname": alerts_mod.NAME_BURN, "exp_alerts": expected})
+    name = (
+        f"restart in the middle of an outage: no sample for {RESTART_GAP_MINUTES}m from minute {gap_from}, then "
+        "counters from zero; the pages stay firing"
+    )
+    return [{"name": name, "interval": "1m", "input_series": inputs, "alert_rule_test": checks}]
+
+
+def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Exporter gone: a model that served traffic loses every series and pages; one that never had traffic not."""
+    rules = [r for r in all_rules if r.kind is AlertKind.EXPORTER_GONE]
+    if not rules:
+        return []
+    served_for, missing_for = 30, 30
+    minutes = served_for + missing_for
+    at = (served_for + 15) * 60  # 10m without a sample, then the first evaluation after
+    model_label = spec.metrics.model_label
+
+    def vanish(per_minute: float, _: int) -> str:
+        return f"0+{number(per_minute)}x{served_for} _x{missing_for}"
+
+    served: list[dict[str, str]] = []
+    idle: list[dict[str, str]] = []
+    done: set[str] = set()
+    for rc in spec.classes:
+        for slo in rc.slos.values():
+            if slo.objective is None:
+                continue
+            for model in rc.models:
+                if model in done:
+                    continue
+                done.add(model)
+                _, first = alerts_mod.absent_metric(spec, model)
+                rc_first = next(c for c in spec.classes if model in c.models and first in c.slos)
+                served += _histogram_inputs(spec, model, rc_first, first, Scenario({}), minutes, vanish)[0]
+                idle += _histogram_inputs(spec, model, rc_first, first, None, minutes, vanish)[0]
+
+    def value(rule: AlertRule) -> tuple[float, dict[str, str]]:
+        return 1.0, {**spec.model(rule.model or "").selector, model_label: rule.model or ""}
+
+    firing = [{"eval_time": _dur(at), "alertname": alerts_mod.NAME_EXPORTER_GONE,
+               "exp_alerts": [_expected(r, *value(r)) for r in rules]}]  # fmt: skip
+    still = [{"eval_time": _dur(served_for * 60 + 300), "alertname": alerts_mod.NAME_EXPORTER_GONE}]
+    return [
+        {"name": f"exporters gone: every series stops after {served_for}m of traffic; the model pages",
+         "interval": "1m", "input_series": served, "alert_rule_test": still + firing},
+        {"name": "exporters gone from a model that never had traffic: no page", "interval": "1m",
+         "input_series": idle, "alert_rule_test": _silent(rules, at)},
+    ]  # fmt: skip
+
+
 def unit_tests(spec: Spec) -> dict[str, Any]:
     """The promtool test file for one spec's rule file (which sits beside it in rules/)."""
     all_rules = [r for g in rule_groups(spec) for r in g.rules if isinstance(r, AlertRule)]
@@ -478,7 +596,10 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
     step = COARSE_STEP if shortest >= FINE_STEP else FINE_STEP
     token = _STEP.set(step)
     try:
-        tests = [*_slo_groups(spec, all_rules), *_engine_groups(spec, all_rules), *_absent_groups(spec, all_rules)]
+        tests = [
+            *_slo_groups(spec, all_rules), *_restart_groups(spec, all_rules), *_engine_groups(spec, all_rules),
+            *_absent_groups(spec, all_rules), *_exporter_gone_groups(spec, all_rules),
+        ]  # fmt: skip
     finally:
         _STEP.reset(token)
     return {

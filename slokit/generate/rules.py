@@ -28,12 +28,12 @@ also written as a prometheus-operator PrometheusRule.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from slokit import promql, schema
-from slokit.generate import alerts
+from slokit.generate import alerts, queries
 from slokit.generate.model import AlertRule, RecordingRule, RuleGroup
 from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, one_of, selector
 from slokit.schema import Sli
@@ -107,7 +107,7 @@ def w(seconds: float) -> str:
 
 
 # ==============================================================================================================
-# Selectors of raw series per source
+# Raw reads (selectors from queries.py, which owns the spec's scope and replica labels)
 # ==============================================================================================================
 def _service(spec: Spec) -> Matcher:
     return eq(schema.RULE_LABEL_SERVICE, spec.service)
@@ -115,14 +115,6 @@ def _service(spec: Spec) -> Matcher:
 
 def _objective_slos(spec: Spec) -> list[tuple[RequestClass, Sli]]:
     return [(rc, sli) for rc in spec.classes for sli, slo in rc.slos.items() if slo.objective is not None]
-
-
-def _raw_matchers(spec: Spec, models: Iterable[str], request_class: RequestClass | None) -> list[Matcher]:
-    metrics = spec.metrics
-    matchers = [one_of(metrics.model_label, sorted(set(models)))]
-    if request_class is not None and metrics.class_label is not None:
-        matchers.append(eq(metrics.class_label, request_class.name))
-    return matchers
 
 
 def _aggregate(spec: Spec, op: str, inner: str, labels: Iterable[str]) -> str:
@@ -140,30 +132,63 @@ def _with_class(spec: Spec, request_class: RequestClass, expr: str) -> str:
     return f'label_replace({expr}, "{schema.RULE_LABEL_CLASS}", {promql.quote(request_class.name)}, "", "")'
 
 
+def _with_slo(sli: Sli, expr: str) -> str:
+    return f'label_replace({expr}, "{schema.RULE_LABEL_SLO}", "{sli.value}", "", "")'
+
+
 def _union(terms: Iterable[str]) -> str:
     """Per-class expressions joined with `or`: their label sets differ by class, so nothing is dropped."""
-    return "\nor\n".join(terms)
+    return queries.union(terms)
 
 
-def _all_models(spec: Spec) -> list[str]:
-    return [m.name for m in spec.models]
+def _raws(
+    spec: Spec,
+    metric: str,
+    models: Iterable[str] | None = None,
+    request_class: RequestClass | None = None,
+    extra: Sequence[Matcher] = (),
+) -> list[str]:
+    """The raw selectors of a metric, one per distinct deployment scope of `models` (see queries.py)."""
+    return [t.selector for t in queries.Queries(spec).raw_terms(metric, models, request_class, extra)]
+
+
+# Sample-delta tiles. A tile is, per raw series, its last sample at t minus its last sample at t - 5m, both looked
+# up over TILE_LOOKBACK; consecutive tiles telescope (their sum over a window is exactly last(t) - last(t - W)),
+# so no event is estimated, dropped at a tile boundary or counted twice, and a missed scrape only moves events into
+# the next tile. A tile that holds a counter reset counts the events before it (its highest sample minus the
+# previous tile's last) plus the value after it, as `increase()` over the raw range would. A series new in the
+# last TILE_SEEN counts from zero; one that comes back after more than TILE_LOOKBACK without a sample is not
+# counted from zero again (that would add its whole history): the events of such a long gap are lost.
+TILE_LOOKBACK: Final = 900.0
+TILE_SEEN: Final = 3600.0
+
+
+def tile_delta(raw: str) -> str:
+    """The per-series, reset-aware sample delta of a counter selector over the last BASE_WINDOW."""
+    look, base = prom_duration(TILE_LOOKBACK), prom_duration(BASE_WINDOW)
+    cur = f"last_over_time({raw}[{look}])"
+    prev = f"last_over_time({raw}[{look}] offset {base})"
+    seen = f"last_over_time({raw}[{prom_duration(TILE_SEEN)}] offset {base})"
+    reset = f"{cur} + clamp_min(max_over_time({raw}[{base}]) - {prev}, 0)"
+    return f"({cur} - {prev}) >= 0\n  or\n  ({reset})\n  or\n  ({cur} unless {seen})"
 
 
 # ==============================================================================================================
 # Rule builders
 # ==============================================================================================================
 def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
+    q = queries.Queries(spec)
     rules: list[RecordingRule] = []
     for sli in Sli:
         terms = []
         for rc in spec.classes:
             if sli not in rc.slos:
                 continue
-            raw = selector(spec.metrics.latency[sli] + "_bucket", _raw_matchers(spec, rc.models, rc))
-            group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_ENGINE, "le"]
+            group = [schema.RULE_LABEL_MODEL, *q.replica_labels, schema.RULE_LABEL_ENGINE, "le"]
             if spec.metrics.class_label is not None:
                 group.insert(1, schema.RULE_LABEL_CLASS)
-            terms.append(_with_class(spec, rc, _aggregate(spec, "sum", f"rate({raw}[5m])", group)))
+            for raw in _raws(spec, spec.metrics.latency[sli] + "_bucket", rc.models, rc):
+                terms.append(_with_class(spec, rc, _aggregate(spec, "sum", f"rate({raw}[5m])", group)))
         if terms:
             labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_SLO: sli.value}
             rules.append(RecordingRule(schema.RECORD_LATENCY_BUCKET_RATE, _union(terms), labels))
@@ -172,21 +197,21 @@ def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
 
 def _request_rate_rules(spec: Spec) -> list[RecordingRule]:
     metrics = spec.metrics
+    labels = {schema.RULE_LABEL_SERVICE: spec.service}
     if metrics.class_label is not None:
-        raw = selector(
-            metrics.requests_finished,
-            [
-                one_of(metrics.model_label, _all_models(spec)),
-                one_of(metrics.class_label, [c.name for c in spec.classes]),
-            ],
-        )
-        expr = _aggregate(spec, "sum", f"rate({raw}[5m])", [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS])
-        return [RecordingRule(schema.RECORD_REQUEST_RATE, expr, {schema.RULE_LABEL_SERVICE: spec.service})]
+        classes = [one_of(metrics.class_label, [c.name for c in spec.classes])]
+        keys = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS]
+        terms = [
+            _aggregate(spec, "sum", f"rate({raw}[5m])", keys)
+            for raw in _raws(spec, metrics.requests_finished, extra=classes)
+        ]
+        return [RecordingRule(schema.RECORD_REQUEST_RATE, _union(terms), labels)]
     terms = []
     for rc in spec.classes:
-        raw = selector(metrics.requests_finished, _raw_matchers(spec, rc.models, None))
-        terms.append(_with_class(spec, rc, _aggregate(spec, "sum", f"rate({raw}[5m])", [schema.RULE_LABEL_MODEL])))
-    return [RecordingRule(schema.RECORD_REQUEST_RATE, _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})]
+        for raw in _raws(spec, metrics.requests_finished, rc.models):
+            rate = _aggregate(spec, "sum", f"rate({raw}[5m])", [schema.RULE_LABEL_MODEL])
+            terms.append(_with_class(spec, rc, rate))
+    return [RecordingRule(schema.RECORD_REQUEST_RATE, _union(terms), labels)]
 
 
 def _quantile_rules(spec: Spec) -> list[RecordingRule]:
@@ -198,7 +223,8 @@ def _quantile_rules(spec: Spec) -> list[RecordingRule]:
     rates = selector(schema.RECORD_LATENCY_BUCKET_RATE, [_service(spec)])
     totals = selector(schema.RECORD_LATENCY_BUCKET_RATE, [_service(spec), INF_MATCHER])
     rules: list[RecordingRule] = []
-    for record, extra in ((schema.RECORD_LATENCY_QUANTILE, ()), (schema.RECORD_ENGINE_LATENCY_QUANTILE, ("engine",))):
+    per_engine = (*spec.alerting.replica_labels, schema.RULE_LABEL_ENGINE)
+    for record, extra in ((schema.RECORD_LATENCY_QUANTILE, ()), (schema.RECORD_ENGINE_LATENCY_QUANTILE, per_engine)):
         keys = [*SLO_LABELS, *extra]
         on = f"on ({', '.join(keys)})"
         for q in sorted(quantiles):
@@ -228,51 +254,50 @@ def _objective_rules(spec: Spec) -> list[RecordingRule]:
 
 
 def _base_window_rules(spec: Spec) -> list[RecordingRule]:
-    """5m total and good events per SLO, from the recorded bucket rates (rate x 300 s = increase over 5m)."""
-    totals, goods = [], []
-    seconds = number(BASE_WINDOW)
+    """5m total and good events per SLO: sums of reset-aware sample deltas of the raw threshold and +Inf buckets."""
+    totals: list[str] = []
+    goods: list[str] = []
+    group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if spec.metrics.class_label else [])
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value)]
-        total = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, INF_MATCHER])
-        good = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, le_matcher(objective.threshold)])
-        by = promql.by(SLO_LABELS)
-        totals.append(f"sum {by} ({total}) * {seconds}")
-        goods.append(f"sum {by} ({good}) * {seconds}")
+        metric = spec.metrics.latency[sli] + "_bucket"
+        for out, matcher in ((totals, INF_MATCHER), (goods, le_matcher(objective.threshold))):
+            for raw in _raws(spec, metric, rc.models, rc, [matcher]):
+                out.append(_with_slo(sli, _with_class(spec, rc, _aggregate(spec, "sum", tile_delta(raw), group))))
+    labels = {schema.RULE_LABEL_SERVICE: spec.service}
     return [
-        RecordingRule(schema.record_sli_total(w(BASE_WINDOW)), _union(totals)),
-        RecordingRule(schema.record_sli_good(w(BASE_WINDOW)), _union(goods)),
+        RecordingRule(schema.record_sli_total(w(BASE_WINDOW)), _union(totals), labels),
+        RecordingRule(schema.record_sli_good(w(BASE_WINDOW)), _union(goods), labels),
     ]
 
 
 def _tiled(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> str:
-    """Sum of the plan's blocks; history a block does not have yet counts as zero events."""
-    first = plan.blocks[0]
-    head = selector(name(w(first.window)), [_service(spec)])
-    terms = [head]
-    for block in plan.blocks[1:]:
-        past = selector(name(w(block.window)), [_service(spec)]) + f" offset {prom_duration(block.offset)}"
-        terms.append(f"({past} or {head} * 0)")
-    return "\n  + ".join(terms)
+    """Sum of the plan's blocks, present whenever any block is (a missing newest block never hides the window).
+
+    Each block is marked with its own `slokit_tile` value so `or` keeps every one, then summed away.
+    """
+    terms = []
+    for index, block in enumerate(plan.blocks):
+        recorded = selector(name(w(block.window)), [_service(spec)])
+        if block.offset > 0:
+            recorded += f" offset {prom_duration(block.offset)}"
+        terms.append(f'label_replace({recorded}, "{schema.RULE_LABEL_TILE}", "{index}", "", "")')
+    return f"sum without ({schema.RULE_LABEL_TILE}) (\n  " + "\n  or ".join(terms) + "\n)"
 
 
 def _raw_window(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> RecordingRule:
     """A window that cannot be tiled from recorded ones: read the raw counters (costly; only for odd windows)."""
     terms = []
+    group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if spec.metrics.class_label else [])
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        suffix = "_bucket"
-        matchers = _raw_matchers(spec, rc.models, rc)
-        if name is schema.record_sli_total:
-            matchers.append(INF_MATCHER)
-        else:
-            matchers.append(le_matcher(objective.threshold))
-        raw = selector(spec.metrics.latency[sli] + suffix, matchers)
-        group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if spec.metrics.class_label else [])
-        expr = _aggregate(spec, "sum", f"increase({raw}[{prom_duration(plan.window)}])", group)
-        terms.append(f'label_replace({_with_class(spec, rc, expr)}, "slo", "{sli.value}", "", "")')
+        matcher = INF_MATCHER if name is schema.record_sli_total else le_matcher(objective.threshold)
+        window = prom_duration(plan.window)
+        for raw in _raws(spec, spec.metrics.latency[sli] + "_bucket", rc.models, rc, [matcher]):
+            increase = _aggregate(spec, "sum", f"increase({raw}[{window}])", group)
+            terms.append(_with_slo(sli, _with_class(spec, rc, increase)))
     return RecordingRule(name(w(plan.window)), _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})
 
 
@@ -356,20 +381,21 @@ def _scale_out_rules(spec: Spec) -> list[RecordingRule]:
 
 
 def _engine_rules(spec: Spec) -> list[RecordingRule]:
+    """Per replica (the spec's replica labels plus `engine`): never two pods summed under one `engine="0"`."""
     metrics = spec.metrics
-    models = [one_of(metrics.model_label, _all_models(spec))]
-    keys = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_ENGINE]
+    keys = list(queries.Queries(spec).engine_keys)
     labels = {schema.RULE_LABEL_SERVICE: spec.service}
 
-    def rule(record: str, op: str, inner: str) -> RecordingRule:
-        return RecordingRule(record, _aggregate(spec, op, inner, keys), labels)
+    def rule(record: str, op: str, metric: str, wrap: str) -> RecordingRule:
+        terms = [_aggregate(spec, op, wrap.format(raw), keys) for raw in _raws(spec, metric)]
+        return RecordingRule(record, _union(terms), labels)
 
     return [
-        rule(schema.RECORD_QUEUE_WAITING, "max", f"max_over_time({selector(metrics.requests_waiting, models)}[1m])"),
-        rule(schema.RECORD_QUEUE_RUNNING, "max", f"max_over_time({selector(metrics.requests_running, models)}[1m])"),
-        rule(schema.RECORD_KV_CACHE_USAGE, "max", selector(metrics.kv_cache_usage, models)),
-        rule(schema.RECORD_PREEMPTIONS, "sum", f"rate({selector(metrics.preemptions, models)}[5m])"),
-        rule(schema.RECORD_DECODE_TOKENS, "sum", f"rate({selector(metrics.generation_tokens, models)}[5m])"),
+        rule(schema.RECORD_QUEUE_WAITING, "max", metrics.requests_waiting, "max_over_time({}[1m])"),
+        rule(schema.RECORD_QUEUE_RUNNING, "max", metrics.requests_running, "max_over_time({}[1m])"),
+        rule(schema.RECORD_KV_CACHE_USAGE, "max", metrics.kv_cache_usage, "{}"),
+        rule(schema.RECORD_PREEMPTIONS, "sum", metrics.preemptions, "rate({}[5m])"),
+        rule(schema.RECORD_DECODE_TOKENS, "sum", metrics.generation_tokens, "rate({}[5m])"),
     ]
 
 

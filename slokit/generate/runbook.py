@@ -23,9 +23,10 @@ from typing import Any, Final
 import jinja2
 from markupsafe import Markup
 
-from slokit import schema
+from slokit import promql, schema
 from slokit.generate import dashboards
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
+from slokit.generate.queries import Queries
 from slokit.plan import roofline
 from slokit.plan.presets import GPUS
 from slokit.schema import Sli, Source
@@ -183,26 +184,25 @@ class _Builder:
         return self.spec.metrics
 
     def raw(self, model: str | None, request_class: str | None = None) -> str:
-        """Matchers on raw metrics for one model (and class where the source has it)."""
-        parts = []
-        if model is not None:
-            parts.append(f"{self.m.model_label}={_quote(model)}")
-        if request_class is not None and self.m.class_label is not None:
-            parts.append(f"{self.m.class_label}={_quote(request_class)}")
-        return ", ".join(parts)
+        """Matchers on raw metrics for one model (its deployment scope, model and class), from queries.py.
+
+        Without a model: the scope every model shares.
+        """
+        q = Queries(self.spec)
+        matchers = q.raw_matchers(model, request_class) if model is not None else q.common_selector()
+        return _matchers(matchers)
 
     def rec(self, model: str | None, request_class: str | None = None, sli: Sli | None = None) -> str:
-        parts = [f"{schema.RULE_LABEL_SERVICE}={_quote(self.spec.service)}"]
-        if model is not None:
-            parts.append(f"{schema.RULE_LABEL_MODEL}={_quote(model)}")
-        if request_class is not None:
-            parts.append(f"{schema.RULE_LABEL_CLASS}={_quote(request_class)}")
-        if sli is not None:
-            parts.append(f"{schema.RULE_LABEL_SLO}={_quote(sli.value)}")
-        return ", ".join(parts)
+        return _matchers(Queries(self.spec).recorded_matchers(model, request_class, sli))
 
     def by(self, *extra: str) -> str:
-        return ", ".join((self.m.model_label, *extra))
+        """Grouping labels; per engine always means per replica (replica labels before `engine`)."""
+        labels = [self.m.model_label]
+        for label in extra:
+            if label == self.m.engine_label:
+                labels.extend(self.spec.alerting.replica_labels)
+            labels.append(label)
+        return ", ".join(labels)
 
     # -- facts ----------------------------------------------------------------------------------------------------
     def model_facts(self, model: Model) -> ModelFacts:
@@ -590,6 +590,13 @@ class _Builder:
                 "jobs cannot be scheduled predictably."
             )
             out.append("Users: batch jobs finish at unpredictable times; deadlines slip.")
+        elif rule.kind is AlertKind.EXPORTER_GONE:
+            out.append(
+                f"Every metric series of {who.lower()} is gone although it served requests within the last hour: "
+                "its pods are down, the scrape is broken, or the slokit plugin is not loaded. Every SLO alert of "
+                "this model is blind until the series are back."
+            )
+            out.append("Users: possibly a full outage of this model; check its pods and the scrape targets first.")
         elif rule.kind is AlertKind.ABSENT:
             out.append(
                 f"The metrics of {who.lower()} are missing: the exporter, the scrape or the engine is down. Every "
@@ -645,15 +652,15 @@ class _Builder:
             prefix_queries.append(
                 Query(
                     "Prefix-cache hit rate per model",
-                    f"sum by ({m.model_label}) (rate({m.prefix_cache_hits}[{RATE_WINDOW}])) / "
-                    f"sum by ({m.model_label}) (rate({m.prefix_cache_queries}[{RATE_WINDOW}]))",
+                    f"sum by ({m.model_label}) (rate({m.prefix_cache_hits}{{{self.raw(None)}}}[{RATE_WINDOW}])) / "
+                    f"sum by ({m.model_label}) (rate({m.prefix_cache_queries}{{{self.raw(None)}}}[{RATE_WINDOW}]))",
                 )
             )
         prefix_queries.append(
             Query(
                 "TTFT p50 per model (should fall as the hit rate rises)",
                 f"histogram_quantile(0.5, sum by (le, {m.model_label}) "
-                f"(rate({m.latency[Sli.TTFT]}_bucket[{RATE_WINDOW}])))",
+                f"(rate({m.latency[Sli.TTFT]}_bucket{{{self.raw(None)}}}[{RATE_WINDOW}])))",
             )
         )
         out.append(
@@ -680,11 +687,12 @@ class _Builder:
                 (
                     Query(
                         "KV-cache usage per running request",
-                        f"max by ({self.by(engine)}) ({m.kv_cache_usage}) / clamp_min(max by ({self.by(engine)}) "
-                        f"({m.requests_running}), 1)",
+                        f"max by ({self.by(engine)}) ({m.kv_cache_usage}{{{self.raw(None)}}}) / clamp_min(max by "
+                        f"({self.by(engine)}) ({m.requests_running}{{{self.raw(None)}}}), 1)",
                     ),
                     Query(
-                        "Preemptions per second", f"sum by ({self.by(engine)}) (rate({m.preemptions}[{RATE_WINDOW}]))"
+                        "Preemptions per second",
+                        f"sum by ({self.by(engine)}) (rate({m.preemptions}{{{self.raw(None)}}}[{RATE_WINDOW}]))",
                     ),
                 ),
             )
@@ -709,9 +717,12 @@ class _Builder:
                 (
                     Query(
                         "Decode tokens/s per engine",
-                        f"sum by ({self.by(engine)}) (rate({m.generation_tokens}[{RATE_WINDOW}]))",
+                        f"sum by ({self.by(engine)}) (rate({m.generation_tokens}{{{self.raw(None)}}}[{RATE_WINDOW}]))",
                     ),
-                    Query("KV-cache usage per engine", f"max by ({self.by(engine)}) ({m.kv_cache_usage})"),
+                    Query(
+                        "KV-cache usage per engine",
+                        f"max by ({self.by(engine)}) ({m.kv_cache_usage}{{{self.raw(None)}}})",
+                    ),
                 ),
             )
         )
@@ -736,7 +747,7 @@ class _Builder:
                     Query(
                         "TPOT p99 per model",
                         f"histogram_quantile(0.99, sum by (le, {m.model_label}) "
-                        f"(rate({m.latency[Sli.TPOT]}_bucket[{RATE_WINDOW}])))",
+                        f"(rate({m.latency[Sli.TPOT]}_bucket{{{self.raw(None)}}}[{RATE_WINDOW}])))",
                     ),
                 ),
             )
@@ -774,13 +785,15 @@ def _tier_text(slo: Any) -> str:
 
 
 def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return promql.quote(value)
+
+
+def _matchers(matchers: Sequence[promql.Matcher]) -> str:
+    return ", ".join(f"{label}{op}{promql.quote(value)}" for label, op, value in matchers)
 
 
 def _model_matcher(label: str, models: Sequence[Model]) -> str:
-    if len(models) == 1:
-        return f"{label}={_quote(models[0].name)}"
-    return f"{label}=~{_quote('|'.join(re.escape(x.name) for x in models))}"
+    return _matchers([promql.one_of(label, [x.name for x in models])])
 
 
 # ==============================================================================================================

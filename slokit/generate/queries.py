@@ -1,0 +1,135 @@
+"""The one builder of PromQL selectors over raw and recorded series.
+
+Every generator (rules, alerts, dashboards, runbook, Kubernetes objects, the demo) asks this module for the
+selector of a raw metric or a recorded series, so the spec's deployment scope (`selector:`, top level and per model)
+and the replica identity (`alerting.replica_labels` plus vLLM's `engine`) are decided here once. Quoting and
+Prometheus-safe regex escaping come from `slokit.promql`.
+
+Raw selectors come as a list of terms: models that share one effective `selector:` share one term, so a spec whose
+models all run in one namespace reads each metric once, and a spec whose models live in different namespaces gets
+one term per namespace (callers join them with `or`; their model labels differ, so nothing is dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from slokit import promql, schema
+from slokit.promql import Matcher, eq, one_of
+from slokit.schema import Sli
+from slokit.spec import RequestClass, Spec
+
+
+@dataclass(frozen=True)
+class RawTerm:
+    """One raw selector and the models it covers."""
+
+    models: tuple[str, ...]
+    selector: str
+
+
+class Queries:
+    """Selectors for one spec."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.metrics = spec.metrics
+
+    # -- scope and identity ---------------------------------------------------------------------------------------
+    @property
+    def replica_labels(self) -> tuple[str, ...]:
+        """The labels that tell replicas apart (`instance` by default), without `engine`."""
+        return self.spec.alerting.replica_labels
+
+    @property
+    def engine_keys(self) -> tuple[str, ...]:
+        """Per-engine grouping in slokit's label names: model, then replica labels, then `engine`."""
+        return (schema.RULE_LABEL_MODEL, *self.replica_labels, schema.RULE_LABEL_ENGINE)
+
+    def model_selector(self, model: str) -> Mapping[str, str]:
+        """The effective `selector:` of one model (top level with the model's own merged over it)."""
+        try:
+            return self.spec.model(model).selector
+        except KeyError:
+            return self.spec.selector
+
+    def common_selector(self) -> list[Matcher]:
+        """Matchers every model's selector shares: what a dashboard with a `$model` variable can always apply."""
+        models = self.spec.models
+        if not models:
+            return promql.labels_matchers(self.spec.selector)
+        first = dict(models[0].selector)
+        common = {k: v for k, v in first.items() if all(m.selector.get(k) == v for m in models[1:])}
+        return promql.labels_matchers(common)
+
+    # -- raw series -----------------------------------------------------------------------------------------------
+    def raw_terms(
+        self,
+        metric: str,
+        models: Iterable[str] | None = None,
+        request_class: RequestClass | None = None,
+        extra: Sequence[Matcher] = (),
+    ) -> list[RawTerm]:
+        """Selectors of a raw metric for `models` (default: all), one per distinct effective selector."""
+        names = list(dict.fromkeys(models if models is not None else (m.name for m in self.spec.models)))
+        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+        for name in names:
+            key = tuple(sorted(self.model_selector(name).items()))
+            groups.setdefault(key, []).append(name)
+        terms = []
+        for key, group in groups.items():
+            matchers: list[Matcher] = [*promql.labels_matchers(dict(key)), one_of(self.metrics.model_label, group)]
+            if request_class is not None and self.metrics.class_label is not None:
+                matchers.append(eq(self.metrics.class_label, request_class.name))
+            matchers.extend(extra)
+            terms.append(RawTerm(tuple(group), promql.selector(metric, matchers)))
+        return terms
+
+    def raw(
+        self, metric: str, model: str, request_class: RequestClass | None = None, extra: Sequence[Matcher] = ()
+    ) -> str:
+        """The selector of a raw metric for one model."""
+        return self.raw_terms(metric, [model], request_class, extra)[0].selector
+
+    def raw_matchers(self, model: str, request_class: str | None = None) -> list[Matcher]:
+        """Matchers of one model's raw series (its scope, its model label, its class where the source has one)."""
+        matchers = [*promql.labels_matchers(self.model_selector(model)), eq(self.metrics.model_label, model)]
+        if request_class is not None and self.metrics.class_label is not None:
+            matchers.append(eq(self.metrics.class_label, request_class))
+        return matchers
+
+    # -- recorded series ------------------------------------------------------------------------------------------
+    def recorded_matchers(
+        self,
+        model: str | None = None,
+        request_class: str | None = None,
+        sli: Sli | None = None,
+        extra: Sequence[Matcher] = (),
+    ) -> list[Matcher]:
+        """Matchers of slokit's recorded series: always the service, then model, class and SLI where given."""
+        matchers = [eq(schema.RULE_LABEL_SERVICE, self.spec.service)]
+        if model is not None:
+            matchers.append(eq(schema.RULE_LABEL_MODEL, model))
+        if request_class is not None:
+            matchers.append(eq(schema.RULE_LABEL_CLASS, request_class))
+        if sli is not None:
+            matchers.append(eq(schema.RULE_LABEL_SLO, sli.value))
+        matchers.extend(extra)
+        return matchers
+
+    def recorded(
+        self,
+        record: str,
+        model: str | None = None,
+        request_class: str | None = None,
+        sli: Sli | None = None,
+        extra: Sequence[Matcher] = (),
+    ) -> str:
+        """`record{service="...", model="...", ...}`."""
+        return promql.selector(record, self.recorded_matchers(model, request_class, sli, extra))
+
+
+def union(terms: Iterable[str]) -> str:
+    """Expressions with disjoint label sets joined with `or` (nothing is dropped)."""
+    return "\nor\n".join(terms)
