@@ -519,7 +519,8 @@ def test_the_autoscalers_read_what_the_generated_rules_record_from_raw_histogram
     series = []
     for le in [*(format_le(b) for b in spec.buckets(schema.Sli.TTFT)), "+Inf"]:
         busy = le == "+Inf" or float(le) >= 0.5
-        labels = f'model="{model.name}",class="chat",engine="0",le="{le}"'
+        scope = "".join(f'{k}="{v}",' for k, v in model.selector.items())  # the spec's deployment scope
+        labels = f'{scope}model="{model.name}",class="chat",engine="0",le="{le}"'
         series.append({"series": f"{bucket}{{{labels}}}", "values": "0+60x60" if busy else "0x60"})
     checks = [
         ("test:keda > bool 0.9", 1), ("test:keda < bool 1", 1), ("test:adapter == bool test:keda", 1),
