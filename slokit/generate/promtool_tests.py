@@ -306,7 +306,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
             if rule.kind is AlertKind.BURN_RATE and slo.objective is not None:
                 values[id(rule)] = (1.0 / (1.0 - slo.objective.target_ratio), labels)
             elif rule.kind is AlertKind.TIER:
-                values[id(rule)] = (top, {**labels, "quantile": _quantile_of(rule)})
+                values[id(rule)] = (0.0, labels)  # the share of requests within the tier: none
             elif rule.kind is AlertKind.SCALE_OUT and slo.objective is not None:
                 values[id(rule)] = (top / slo.objective.threshold, labels)
             elif rule.kind is AlertKind.BASELINE:
@@ -338,7 +338,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
             healthy.append(_requests_input(spec, model, rc, RPM, minutes))
             idle.append(_requests_input(spec, model, rc, 0, minutes))
             mixed.append(_requests_input(spec, model, rc, RPM, minutes))
-    notes = [s.reason() for s in alerts_mod.skipped_burn_tiers(spec)]
+    notes = [s.reason() for s in alerts_mod.all_burn_tiers(spec) if s.skipped or s.adapted]
     name = "every request slower than every threshold: burn-rate, tier, scale-out and baseline alerts fire"
     if notes:
         name += " (" + "; ".join(notes) + ")"

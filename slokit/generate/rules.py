@@ -66,8 +66,7 @@ class WindowPlan:
 def sli_windows(spec: Spec) -> list[float]:
     """Every window an objective gets an SLI record for, ascending."""
     windows = set(STANDARD_WINDOWS)
-    for burn in spec.alerting.burn_rates:
-        windows.update((burn.long, burn.short))
+    windows.update(alerts.burn_windows(spec))  # the spec's tiers and any adapted fast page tier
     windows.add(spec.window)
     return sorted(windows)
 
