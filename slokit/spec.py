@@ -374,6 +374,9 @@ class Spec:
             slo = request_class.slos.get(sli)
             if slo is not None:
                 values.update(slo.thresholds())
+                if sli is Sli.TTFT and slo.objective is not None:
+                    # The scale-out signal counts requests above this boundary (see generate/alerts.py).
+                    values.add(round(slo.objective.threshold * self.alerting.scale_out.fraction_of_slo, 9))
         return tuple(sorted(values))
 
     def classify(self, header: str | None, priority: int | None, prompt_tokens: int | None) -> str:

@@ -45,7 +45,7 @@ SUMMARIES: Final = {
     NAME_CRITICAL: "A latency percentile is worse than its critical tier.",
     NAME_TARGET: "A latency percentile is worse than its target tier.",
     NAME_BASELINE: "p99 latency is far above the same hour's baseline.",
-    NAME_SCALE_OUT: "p99 time to first token is close to its SLO; add capacity.",
+    NAME_SCALE_OUT: "Too many requests wait close to the time-to-first-token SLO; add capacity.",
     NAME_QUEUE: "Requests are queueing on an engine that is already full.",
     NAME_KV_FULL: "An engine's KV cache is nearly full.",
     NAME_PREEMPTING: "An engine is preempting requests.",
@@ -408,6 +408,19 @@ def _baseline_alerts(b: _Builder) -> None:
                 )  # fmt: skip
 
 
+def scale_out_boundary(spec: Spec, request_class: RequestClass) -> float:
+    """The TTFT bucket boundary the scale-out signal counts against: fraction_of_slo x the objective's threshold.
+
+    With `source: slokit` the exporter has that boundary (Spec.buckets adds it); with `source: vllm` it is the
+    nearest boundary at or below it (`slokit validate` names it), so the signal errs towards scaling early.
+    """
+    slo = request_class.slos[Sli.TTFT]
+    assert slo.objective is not None
+    wanted = slo.objective.threshold * spec.alerting.scale_out.fraction_of_slo
+    bounds = [b for b in spec.buckets(Sli.TTFT) if b <= wanted * (1 + 1e-9)]
+    return max(bounds) if bounds else min(spec.buckets(Sli.TTFT))
+
+
 def _scale_out_alerts(b: _Builder) -> None:
     spec = b.spec
     scale = spec.alerting.scale_out
@@ -415,13 +428,17 @@ def _scale_out_alerts(b: _Builder) -> None:
         slo = rc.slos.get(Sli.TTFT)
         if slo is None or slo.objective is None:
             continue
+        boundary = scale_out_boundary(spec, rc)
+        allowed = slo.objective.error_budget
         for model in rc.models:
             ratio = selector(schema.RECORD_SCALE_OUT, _slo_matchers(spec, model, rc, Sli.TTFT))
             expr = f"{ratio} > {number(scale.fraction_of_slo)}"
             description = (
-                f"p99 time to first token of {rc.name} on {model} is {{{{ $value | humanizePercentage }}}} of its "
-                f"{format_duration(slo.objective.threshold)} objective threshold, above the scale-out level of "
-                f"{scale.fraction_of_slo:.0%} for {format_duration(scale.for_)}."
+                f"More than {allowed:.2%} of {rc.name} requests on {model} (what the "
+                f"{_fmt(slo.objective.percentile)}% objective allows above {format_duration(slo.objective.threshold)})"
+                f" waited longer than {format_duration(boundary)} for their first token over the last 5m, for "
+                f"{format_duration(scale.for_)}: headroom is gone before the SLO breaks (signal "
+                f'{{{{ $value | printf "%.2f" }}}}, trigger {_fmt(scale.fraction_of_slo)}).'
             )
             b.add(
                 NAME_SCALE_OUT, AlertKind.SCALE_OUT, expr, scale.for_, "ticket", description, "", model=model,
@@ -470,10 +487,12 @@ def _consistency_alerts(b: _Builder) -> None:
                 continue
             limit = slo.consistency.max_p99_over_p50
             for model in rc.models:
-                expr = f"{selector(schema.RECORD_CONSISTENCY, _slo_matchers(spec, model, rc, sli))} > {number(limit)}"
+                lower = selector(schema.RECORD_CONSISTENCY_LOWER, _slo_matchers(spec, model, rc, sli))
+                expr = f"{lower} > {number(limit)}"
                 description = (
-                    f'p99 {SLI_TITLES[sli]} of {rc.name} on {model} is {{{{ $value | printf "%.2f" }}}}x its p50 '
-                    f"over the last 5m, above the consistency limit of {_fmt(limit)}x."
+                    f"p99 {SLI_TITLES[sli]} of {rc.name} on {model} is at least "
+                    f'{{{{ $value | printf "%.2f" }}}}x its p50 over the last 5m (a lower bound from bucket edges), '
+                    f"above the consistency limit of {_fmt(limit)}x."
                 )
                 b.add(
                     NAME_CONSISTENCY, AlertKind.CONSISTENCY, expr, spec.alerting.tier_for, "ticket", description,

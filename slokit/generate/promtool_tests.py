@@ -308,7 +308,9 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
             elif rule.kind is AlertKind.TIER:
                 values[id(rule)] = (0.0, labels)  # the share of requests within the tier: none
             elif rule.kind is AlertKind.SCALE_OUT and slo.objective is not None:
-                values[id(rule)] = (top / slo.objective.threshold, labels)
+                # every request above the scale-out boundary: the whole share, over the share the objective allows
+                fraction = spec.alerting.scale_out.fraction_of_slo
+                values[id(rule)] = (round(fraction / slo.objective.error_budget, 9), labels)
             elif rule.kind is AlertKind.BASELINE:
                 values[id(rule)] = (top, labels)
         k = _healthy_bucket(spec, rc, sli)
@@ -328,7 +330,8 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
         if slo.consistency is not None:
             series, cumulative = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes)
             mixed += series
-            ratio = histogram_quantile(0.99, bounds, cumulative) / histogram_quantile(0.5, bounds, cumulative)
+            # p99 is in +Inf (lower edge: the top boundary), p50 in the first bucket (upper edge: its boundary)
+            ratio = bounds[-1] / bounds[0]
             for rule in consistency:
                 if rule.model == model and rule.request_class == rc.name and rule.sli is sli:
                     ratios[id(rule)] = (ratio, labels)
