@@ -328,7 +328,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
         idle += _histogram_inputs(spec, model, rc, sli, None, minutes)[0]
         idle.append({"series": baseline, "values": f"{number(p99)}x{minutes}"})
         if slo.consistency is not None:
-            series, cumulative = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes)
+            series, _ = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes)
             mixed += series
             # p99 is in +Inf (lower edge: the top boundary), p50 in the first bucket (upper edge: its boundary)
             ratio = bounds[-1] / bounds[0]
