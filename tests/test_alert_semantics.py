@@ -214,3 +214,25 @@ def test_consistency_fires_only_when_the_lower_bound_exceeds_the_limit(
         ("max(slokit:latency_p99_over_p50:lower_bound5m) <= bool 1.5 * 3", "25m", 1),
         (f"max(slokit:latency_p99_over_p50:upper_bound5m) >= bool {slow / 10}", "25m", 1),
     ])  # fmt: skip
+
+
+def test_validate_prints_the_burn_table_and_warns_about_adapted_tiers(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from slokit.cli import app
+
+    path = tmp_path / "scen.yaml"
+    path.write_text(_spec(CONSISTENT + SCALED).text, encoding="utf-8")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    # e2e 90%: 13.44 x 0.1 >= 1, so the 1h/5m page tier is adapted to 10m/5m at a 90% error ratio.
+    assert "chat e2e: 90% within 1m (error budget 0.1 of 28d" in out
+    row = next(line.split() for line in out.splitlines() if line.strip().startswith("page (adapted)"))
+    assert row[2:7] == ["10m/5m", "9x", "90.00%", "0.27%", "11m"]  # 660 s / (0.1 x 28 d) = 0.27% of the budget
+    # ttft 95% keeps its 6h/30m page tier: 5.6 x 0.05 = 28% errors, reached after 0.28 x 6h, plus for: 15m (1h55m48s).
+    six = [line.split() for line in out.splitlines() if line.split()[:2] == ["page", "6h/30m"]]
+    assert ["page", "6h/30m", "5.6x", "28.00%", "5.74%", "1h55m", "never"] in six  # 6948 s
+    assert "page tier 1h/5m adapted for chat e2e" in result.stderr
+    assert "could never fire" in result.stderr
+    assert "scale-out: more than 5.00% of requests above 800ms" in out

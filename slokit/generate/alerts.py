@@ -119,6 +119,11 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+def window_text(seconds: float) -> str:
+    """SLO windows read in days (`28d`, not `4w`)."""
+    return _days(seconds)
+
+
 def _days(seconds: float) -> str:
     """SLO windows read in days (`28d`, not `4w`)."""
     if seconds % 86400 == 0:
@@ -146,13 +151,20 @@ def _fast_page(spec: Spec, window: BurnRateWindow, budget: float) -> tuple[BurnR
         if long < window.long and ratio * long + window.for_ <= PAGE_WITHIN:
             short = min(FAST_SHORT_WINDOW, long)
             adapted = BurnRateWindow(window.severity, long, short, window.budget_percent, window.for_)
+            was = f"{format_duration(window.long)}/{format_duration(window.short)} at factor {factor:.4g}"
             why = (
-                f"windows {format_duration(long)}/{format_duration(short)} at error ratio {ratio:.4g} "
-                f"(factor {ratio / budget:.4g}) instead of factor {factor:.4g} over {format_duration(window.long)}, "
-                f"so a total outage pages within {format_duration(PAGE_WITHIN)}"
-            )
+                f"windows {format_duration(long)}/{format_duration(short)} at factor {ratio / budget:.4g} (error "
+                f"ratio {ratio:.4g}) instead of {was}, which "
+                + ("could never fire" if factor * budget >= 1 else
+                   f"would page {_minutes(ratio * window.long + window.for_)} into a total outage")
+                + f"; now it pages within {format_duration(PAGE_WITHIN)}"
+            )  # fmt: skip
             return adapted, round(ratio / budget, 6), why
     return None
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} minutes"
 
 
 def burn_tiers(spec: Spec, request_class: RequestClass, sli: Sli) -> list[BurnTier]:
