@@ -304,6 +304,13 @@ RULE_LABEL_MODEL: Final = "model"
 RULE_LABEL_CLASS: Final = "class"
 RULE_LABEL_SLO: Final = "slo"
 RULE_LABEL_ENGINE: Final = "engine"
+RULE_LABEL_CAUSE: Final = "cause"  # on engine alerts that ride along a page of their model (value: CAUSE_ENGINE)
+CAUSE_ENGINE: Final = "engine"
+
+# Alert names other modules route, inhibit or join on (Alertmanager config, demo). The exporter-gone page is
+# generated with the rules; its labels are service, model and severity.
+ALERT_EXPORTER_GONE: Final = "SlokitExporterGone"
+ALERTS_SERIES: Final = "ALERTS"  # Prometheus' own series of pending and firing alerts
 
 
 def record_sli_total(window: str) -> str:

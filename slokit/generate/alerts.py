@@ -39,6 +39,11 @@ NAME_PREEMPTING: Final = "SlokitEnginePreempting"
 NAME_CONSISTENCY: Final = "SlokitLatencyInconsistent"
 NAME_ABSENT: Final = "SlokitMetricsAbsent"
 
+ENGINE_ALERTS: Final = (NAME_QUEUE, NAME_KV_FULL, NAME_PREEMPTING)
+# Alerts that read a model's latency or request metrics: blind (and so inhibited) while its exporter is gone.
+SLO_ALERTS: Final = (NAME_BURN, NAME_ACCEPTABLE, NAME_CRITICAL, NAME_TARGET, NAME_BASELINE, NAME_SCALE_OUT,
+                     NAME_CONSISTENCY, NAME_ABSENT)  # fmt: skip
+
 SUMMARIES: Final = {
     NAME_BURN: "Latency error budget is burning too fast.",
     NAME_ACCEPTABLE: "A latency percentile is worse than its acceptable tier.",
@@ -458,6 +463,43 @@ def _scale_out_alerts(b: _Builder) -> None:
             )  # fmt: skip
 
 
+def page_firing(spec: Spec, model: str) -> str:
+    """Prometheus' ALERTS series of this model's firing pages."""
+    return selector(
+        schema.ALERTS_SERIES,
+        [
+            eq("alertstate", "firing"),
+            eq("severity", spec.alerting.severity.page),
+            eq(schema.RULE_LABEL_SERVICE, spec.service),
+            eq(schema.RULE_LABEL_MODEL, model),
+        ],
+    )
+
+
+def _engine_pair(
+    b: _Builder, name: str, kind: AlertKind, expr: str, description: str, model: str, detail: str = ""
+) -> None:
+    """An engine alert as a ticket, or, while a page of its model fires, as a cause inside that page.
+
+    Engine alerts (queue, KV cache, preemption) explain an SLO page; sent on their own they would be a second
+    notification of the same incident. So each is generated twice with the same alertname: a ticket `unless` a page
+    of the model fires, and a page-severity copy labelled `cause: engine` only while one does. Alertmanager's page
+    route groups by service and model, so the copy joins the page's group (see alertmanager.py); it never exists
+    without a page, so it never wakes anyone on its own. The copy has no `for:` of its own: it joins at once.
+    """
+    spec = b.spec
+    on = f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL})"
+    firing = page_firing(spec, model)
+    b.add(name, kind, f"(\n{expr}\n)\nunless {on}\n{firing}", spec.alerting.tier_for, "ticket", description, detail,
+          model=model)  # fmt: skip
+    b.add(
+        name, kind, f"(\n{expr}\n)\nand {on}\n{firing}", 0, "page",
+        description + " It is shown inside the page of this model as a likely cause.",
+        f"{detail + ', ' if detail else ''}cause of a page", model=model,
+        extra_labels={schema.RULE_LABEL_CAUSE: schema.CAUSE_ENGINE},
+    )  # fmt: skip
+
+
 def _engine_alerts(b: _Builder) -> None:
     spec = b.spec
     for model in spec.models:
@@ -472,23 +514,20 @@ def _engine_alerts(b: _Builder) -> None:
             f"its maximum of {model.max_num_seqs} (max_num_seqs); new requests wait for a slot and time to first "
             "token grows."
         )
-        b.add(NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, spec.alerting.tier_for, "ticket", description, "",
-              model=model.name)  # fmt: skip
+        _engine_pair(b, NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, description, model.name)
         kv = spec.alerting.kv_cache_usage_max
         expr = f"{selector(schema.RECORD_KV_CACHE_USAGE, m)} > {number(kv)}"
         description = (
             f"Engine {{{{ $labels.engine }}}} of {model.name} has {{{{ $value | humanizePercentage }}}} of its KV "
             f"cache in use, above {kv:.0%}; new sequences must wait or preempt running ones."
         )
-        b.add(NAME_KV_FULL, AlertKind.KV_CACHE, expr, spec.alerting.tier_for, "ticket", description, "",
-              model=model.name)  # fmt: skip
+        _engine_pair(b, NAME_KV_FULL, AlertKind.KV_CACHE, expr, description, model.name)
         expr = f"{selector(schema.RECORD_PREEMPTIONS, m)} > 0"
         description = (
             f'Engine {{{{ $labels.engine }}}} of {model.name} preempts {{{{ $value | printf "%.2f" }}}} requests/s '
             "(5m rate): the KV cache is too small for the running batch, and preempted requests are recomputed."
         )
-        b.add(NAME_PREEMPTING, AlertKind.KV_CACHE, expr, spec.alerting.tier_for, "ticket", description, "",
-              model=model.name)  # fmt: skip
+        _engine_pair(b, NAME_PREEMPTING, AlertKind.KV_CACHE, expr, description, model.name)
 
 
 def _consistency_alerts(b: _Builder) -> None:

@@ -405,7 +405,12 @@ def prom_rate(at: int, per_minute: float, window: int = 300) -> float:
 def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Every model's engine at once: full and preempting, healthy, idle."""
     metrics = spec.metrics
-    rules = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)]
+    # The page-severity copies (cause: engine) exist only while an SLO page fires; these inputs have none.
+    rules = [
+        r
+        for r in all_rules
+        if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE) and schema.RULE_LABEL_CAUSE not in r.labels
+    ]
     if not rules:
         return []
     minutes = _minutes_for(rules)
