@@ -306,6 +306,13 @@ RULE_LABEL_SLO: Final = "slo"
 RULE_LABEL_ENGINE: Final = "engine"
 # Marks each term of a tiled window so `or` keeps them all before they are summed away (never on a stored series).
 RULE_LABEL_TILE: Final = "slokit_tile"
+RULE_LABEL_CAUSE: Final = "cause"  # on engine alerts that ride along a page of their model (value: CAUSE_ENGINE)
+CAUSE_ENGINE: Final = "engine"
+
+# Alert names other modules route, inhibit or join on (Alertmanager config, demo). The exporter-gone page is
+# generated with the rules; its labels are service, model and severity.
+ALERT_EXPORTER_GONE: Final = "SlokitExporterGone"
+ALERTS_SERIES: Final = "ALERTS"  # Prometheus' own series of pending and firing alerts
 
 
 def record_sli_total(window: str) -> str:
@@ -335,8 +342,13 @@ RECORD_LATENCY_QUANTILE: Final = "slokit:latency_seconds:quantile5m"  # quantile
 RECORD_ENGINE_LATENCY_QUANTILE: Final = "slokit_engine:latency_seconds:quantile5m"  # + engine
 RECORD_P99_BASELINE: Final = "slokit:latency_seconds:p99_baseline"  # same hour of day, offset (or 7-day median)
 RECORD_REQUEST_RATE: Final = "slokit:requests:rate5m"  # requests/s finishing, per model and class
-RECORD_CONSISTENCY: Final = "slokit:latency_p99_over_p50:ratio5m"
-RECORD_SCALE_OUT: Final = "slokit:scale_out:ratio"  # p99 TTFT / SLO threshold; autoscalers target the fraction
+RECORD_CONSISTENCY: Final = "slokit:latency_p99_over_p50:ratio5m"  # interpolated (dashboards only)
+# p99/p50 bounded by bucket edges: the true ratio lies between them; the consistency alert reads the lower bound.
+RECORD_CONSISTENCY_LOWER: Final = "slokit:latency_p99_over_p50:lower_bound5m"
+RECORD_CONSISTENCY_UPPER: Final = "slokit:latency_p99_over_p50:upper_bound5m"
+# fraction_of_slo x (share of TTFTs above the scale-out boundary) / (share the objective allows above its threshold):
+# it reaches fraction_of_slo exactly when that share reaches the allowance; autoscalers target the fraction.
+RECORD_SCALE_OUT: Final = "slokit:scale_out:ratio"
 # The scale-out record as prometheus-adapter exposes it on the external metrics API (colons are not allowed there).
 EXTERNAL_SCALE_OUT_METRIC: Final = "slokit_scale_out_ratio"
 RECORD_QUEUE_WAITING: Final = "slokit_engine:requests_waiting:max1m"

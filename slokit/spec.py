@@ -261,6 +261,38 @@ class Severity:
 
 
 @dataclass(frozen=True)
+class TierCell:
+    """One tier cell that alerts: the `percentile` (`p50`) of the `tier` (`critical`)."""
+
+    tier: str
+    percentile: str
+
+    def __str__(self) -> str:
+        return f"{self.tier}.{self.percentile}"
+
+
+# The design's tiers: page when p50 is worse than critical, ticket when p95 is worse than acceptable. Every other
+# cell is drawn on the dashboards only, unless `alerting.tiers` opts it in.
+DEFAULT_PAGE_TIERS: Final = (TierCell("critical", "p50"),)
+DEFAULT_TICKET_TIERS: Final = (TierCell("acceptable", "p95"),)
+# Requests a 5m window needs before a tier, baseline, consistency or scale-out signal may decide: 30 is one request
+# every 10 s. Below it one slow request is a p50 (or a p99), so those signals stay quiet.
+DEFAULT_MIN_REQUESTS: Final = 30
+
+
+@dataclass(frozen=True)
+class Receivers:
+    """Alertmanager receiver names for pages and tickets (declared without integrations; the team supplies them)."""
+
+    page: str = "page"
+    ticket: str = "ticket"
+
+    def name(self, kind: str) -> str:
+        """The receiver for `page` or `ticket`."""
+        return self.page if kind == "page" else self.ticket
+
+
+@dataclass(frozen=True)
 class Alerting:
     """Alerting options shared by every SLO of the spec."""
 
@@ -276,6 +308,10 @@ class Alerting:
     # Labels that tell one replica (pod) from another on engine-level series; vLLM's `engine` label is the
     # data-parallel rank, "0" in every pod, so it is never enough alone.
     replica_labels: tuple[str, ...] = ("instance",)
+    page_tiers: tuple[TierCell, ...] = DEFAULT_PAGE_TIERS
+    ticket_tiers: tuple[TierCell, ...] = DEFAULT_TICKET_TIERS
+    min_requests: int = DEFAULT_MIN_REQUESTS  # per 5m window, for tier, baseline, consistency and scale-out signals
+    receivers: Receivers = field(default_factory=Receivers)
 
     def runbook_link(self, service: str, anchor: str) -> str:
         """The runbook URL for one alert section."""
@@ -348,6 +384,9 @@ class Spec:
             slo = request_class.slos.get(sli)
             if slo is not None:
                 values.update(slo.thresholds())
+                if sli is Sli.TTFT and slo.objective is not None:
+                    # The scale-out signal counts requests above this boundary (see generate/alerts.py).
+                    values.add(round(slo.objective.threshold * self.alerting.scale_out.fraction_of_slo, 9))
         return tuple(sorted(values))
 
     def classify(self, header: str | None, priority: int | None, prompt_tokens: int | None) -> str:
@@ -817,7 +856,7 @@ class _Checker:
             value,
             path,
             ("burn_rates", "baseline", "scale_out", "severity", "runbook_url", "tier_for", "kv_cache_usage_max",
-             "labels", "grafana_url", "replica_labels"),
+             "labels", "grafana_url", "replica_labels", "tiers", "min_requests", "receivers"),
         )  # fmt: skip
         burn_rates = DEFAULT_BURN_RATES
         if "burn_rates" in data:
@@ -859,6 +898,21 @@ class _Checker:
             lambda v, p: self.number(v, p, low=0, high=1, low_open=True),
             0.95,
         )
+        page_tiers, ticket_tiers = self._alert_tiers(data.get("tiers", {}), (*path, "tiers"))
+        min_requests = int(
+            self.get(
+                data, "min_requests", path, lambda v, p: self.number(v, p, low=1, integer=True),
+                float(DEFAULT_MIN_REQUESTS),
+            )
+        )  # fmt: skip
+        rpath = (*path, "receivers")
+        rdata = self.mapping(data.get("receivers", {}), rpath, ("page", "ticket"))
+        receivers = Receivers(
+            page=self.get(rdata, "page", rpath, self._receiver_name, "page"),
+            ticket=self.get(rdata, "ticket", rpath, self._receiver_name, "ticket"),
+        )
+        if receivers.page == receivers.ticket:
+            self.error((*rpath, "ticket"), f"pages and tickets need different receivers; both are {receivers.page!r}")
         labels: dict[str, str] = {}
         if "labels" in data:
             lpath = (*path, "labels")
@@ -888,6 +942,10 @@ class _Checker:
             tier_for=tier_for,
             kv_cache_usage_max=kv_max,
             labels=MappingProxyType(labels),
+            page_tiers=page_tiers,
+            ticket_tiers=ticket_tiers,
+            min_requests=min_requests,
+            receivers=receivers,
         )
 
     def _replica_labels(self, value: Any, path: Path) -> tuple[str, ...] | None:
@@ -907,6 +965,41 @@ class _Checker:
                 return None
             out.append(item)
         return tuple(out)
+    def _alert_tiers(self, value: Any, path: Path) -> tuple[tuple[TierCell, ...], tuple[TierCell, ...]]:
+        """`tiers: {page: [critical.p50], ticket: [acceptable.p95, acceptable.p99]}`: which cells alert."""
+        data = self.mapping(value, path, ("page", "ticket"))
+        out: dict[str, tuple[TierCell, ...]] = {"page": DEFAULT_PAGE_TIERS, "ticket": DEFAULT_TICKET_TIERS}
+        for kind in ("page", "ticket"):
+            if kind not in data:
+                continue
+            cells: list[TierCell] = []
+            for index, item in enumerate(self.items(data[kind], (*path, kind))):
+                ipath = (*path, kind, index)
+                text = item if isinstance(item, str) else ""
+                tier, _, pct = text.partition(".")
+                if tier not in TIER_NAMES or pct not in PERCENTILES:
+                    self.error(
+                        ipath,
+                        f"{item!r} is not a tier cell; write <tier>.<percentile> with tier one of "
+                        f"{', '.join(TIER_NAMES)} and percentile one of {', '.join(PERCENTILES)} (e.g. critical.p50)",
+                    )
+                    continue
+                cell = TierCell(tier, pct)
+                if cell in cells:
+                    self.error(ipath, f"{cell} is listed twice")
+                    continue
+                cells.append(cell)
+            out[kind] = tuple(cells)
+        return out["page"], out["ticket"]
+
+    def _receiver_name(self, value: Any, path: Path) -> str | None:
+        text = self.string(value, path)
+        if text is None:
+            return None
+        if not text.strip():
+            self.error(path, "a receiver name cannot be empty")
+            return None
+        return text
 
     def _for(self, value: Any, path: Path) -> float | None:
         try:

@@ -110,14 +110,18 @@ def test_alerts_carry_the_contract_labels_and_unique_runbook_sections(spec: Spec
             assert alert.labels["class"] == alert.request_class and alert.labels["slo"]
 
 
-def test_impossible_burn_tiers_are_left_out_and_named() -> None:
+def test_a_page_tier_that_cannot_fire_is_adapted_not_dropped() -> None:
     spec = load_spec(ROOT / "examples" / "summarize.yaml")  # ttft objective 90%: 13.44 x 0.1 >= 1
-    skipped = alerts.skipped_burn_tiers(spec)
-    assert [(s.request_class, s.sli.value, s.window.long) for s in skipped] == [("batch", "ttft", 3600)]
+    assert alerts.skipped_burn_tiers(spec) == []
+    adapted = alerts.adapted_burn_tiers(spec)
+    assert [(t.request_class, t.sli.value, t.spec_window.long) for t in adapted] == [("batch", "ttft", 3600)]
+    tier = adapted[0]
+    assert tier.threshold < 1 and tier.window.long < 3600
     burn = [a for a in alerts.alert_rules(spec) if a.name == alerts.NAME_BURN and a.sli is not None]
     assert not [a for a in burn if a.sli.value == "ttft" and a.labels["long"] == "1h"]
+    assert [a for a in burn if a.sli.value == "ttft" and a.labels["long"] == prom_duration(tier.window.long)]
     tests = promtool_tests.unit_tests(spec)
-    assert any("left out for batch ttft" in t["name"] for t in tests["tests"])
+    assert any("adapted for batch ttft" in t["name"] for t in tests["tests"])
 
 
 def test_template_expansion_matches_prometheus_formatting() -> None:

@@ -17,14 +17,24 @@ def validate(
     """Check spec files and report every problem as `file:line:col: field: message`.
 
     Exits 0 when every spec is valid and 2 when any is not. Thresholds are checked against the histogram
-    buckets the spec's source exposes (vLLM's fixed buckets with `source: vllm`).
+    buckets the spec's source exposes (vLLM's fixed buckets with `source: vllm`). For a valid spec it prints,
+    per objective, the burn-rate tiers as generated: windows, factor, the error ratio each fires above, the
+    budget spent by the time a total outage pages, and the time to fire at 100% errors and at twice the budget
+    rate; it warns (on stderr) when a tier had to be adapted or left out, and names the bucket boundary the
+    scale-out signal counts against.
 
     Example: slokit validate examples/*.yaml
     """
+    from slokit.commands.alerting_report import burn_report, warnings  # only validate needs the alert model
+
     loaded = load_specs_or_exit(specs)
     for spec in loaded:
         classes = ", ".join(c.name for c in spec.classes)
         typer.echo(f"{spec.path}: ok (service {spec.service}, source {spec.source.value}, classes {classes})")
+        for line in burn_report(spec):
+            typer.echo(line)
+        for line in warnings(spec):
+            typer.echo(f"{spec.path}: warning: {line}", err=True)
 
 
 def init(

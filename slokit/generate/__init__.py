@@ -1,4 +1,5 @@
-"""From a spec to every generated file: rules, alerts, promtool tests, dashboards, runbooks, Kubernetes objects.
+"""From a spec to every generated file: rules, alerts, promtool tests, dashboards, runbooks, Kubernetes objects,
+Alertmanager routing.
 
 Each generator is a pure function `files(spec) -> {relative path: plain data}`; `generate_all` runs them all and
 hands the data to the one writer for serialisation.
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from slokit.generate import dashboards, k8s, promtool_tests, rules, runbook
+from slokit.generate import alertmanager, dashboards, k8s, promtool_tests, rules, runbook
 from slokit.generate.writer import render
 from slokit.spec import Spec
 
@@ -22,6 +23,7 @@ GENERATORS: tuple[Generator, ...] = (
     dashboards.files,
     runbook.files,
     k8s.files,
+    alertmanager.files,
 )
 
 

@@ -20,11 +20,12 @@ from typing import Final
 from slokit import schema
 from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
-from slokit.promql import eq, number, selector
+from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, selector
 from slokit.schema import SLI_TITLES, Sli
-from slokit.spec import PERCENTILES, BurnRateWindow, RequestClass, Spec
+from slokit.spec import PERCENTILES, BurnRateWindow, RequestClass, Spec, TierCell
 from slokit.units import format_duration, prom_duration
 
+BASE_SECONDS: Final = 300.0  # the 5m window of bucket rates the tier and guard counts read
 ABSENT_FOR: Final = 600.0  # missing metrics for 10 minutes: a scrape hiccup is not an alert
 # Pages and tickets stay firing this long after their condition clears, so a restart or a scrape gap in the middle
 # of an incident (the short windows read 0 while the data is missing) does not resolve and re-fire it.
@@ -34,6 +35,7 @@ SERVED_WITHIN: Final = 3600.0  # the exporter-gone page is for models that serve
 NAME_BURN: Final = "SlokitErrorBudgetBurn"
 NAME_ACCEPTABLE: Final = "SlokitLatencyAboveAcceptable"
 NAME_CRITICAL: Final = "SlokitLatencyAboveCritical"
+NAME_TARGET: Final = "SlokitLatencyAboveTarget"  # only when `alerting.tiers` opts a target cell in
 NAME_BASELINE: Final = "SlokitLatencyAboveBaseline"
 NAME_SCALE_OUT: Final = "SlokitScaleOutNeeded"
 NAME_QUEUE: Final = "SlokitEngineQueueFull"
@@ -43,12 +45,18 @@ NAME_CONSISTENCY: Final = "SlokitLatencyInconsistent"
 NAME_ABSENT: Final = "SlokitMetricsAbsent"
 NAME_EXPORTER_GONE: Final = "SlokitExporterGone"
 
+ENGINE_ALERTS: Final = (NAME_QUEUE, NAME_KV_FULL, NAME_PREEMPTING)
+# Alerts that read a model's latency or request metrics: blind (and so inhibited) while its exporter is gone.
+SLO_ALERTS: Final = (NAME_BURN, NAME_ACCEPTABLE, NAME_CRITICAL, NAME_TARGET, NAME_BASELINE, NAME_SCALE_OUT,
+                     NAME_CONSISTENCY, NAME_ABSENT)  # fmt: skip
+
 SUMMARIES: Final = {
     NAME_BURN: "Latency error budget is burning too fast.",
     NAME_ACCEPTABLE: "A latency percentile is worse than its acceptable tier.",
     NAME_CRITICAL: "A latency percentile is worse than its critical tier.",
+    NAME_TARGET: "A latency percentile is worse than its target tier.",
     NAME_BASELINE: "p99 latency is far above the same hour's baseline.",
-    NAME_SCALE_OUT: "p99 time to first token is close to its SLO; add capacity.",
+    NAME_SCALE_OUT: "Too many requests wait close to the time-to-first-token SLO; add capacity.",
     NAME_QUEUE: "Requests are queueing on an engine that is already full ({replica}).",
     NAME_KV_FULL: "An engine's KV cache is nearly full ({replica}).",
     NAME_PREEMPTING: "An engine is preempting requests ({replica}).",
@@ -60,27 +68,74 @@ SUMMARIES: Final = {
 REPLICA_SUMMARIES: Final = frozenset({NAME_QUEUE, NAME_KV_FULL, NAME_PREEMPTING})
 
 
+# A total outage (every request bad) must page within this long (11m), for every objective, `for:` included; the
+# rest of the 15 minutes an on-call team expects is left to scrapes, rate windows and rule evaluation.
+PAGE_WITHIN: Final = 660.0
+# An adapted page tier never asks for more than this share of bad requests (a total outage reaches it).
+MAX_ERROR_RATIO: Final = 0.9
+# Long windows an adapted fast page tier may shorten to (each is tiled from 5m records); longest first.
+FAST_LONG_WINDOWS: Final = (1800.0, 900.0, 600.0, 300.0)
+FAST_SHORT_WINDOW: Final = 300.0
+
+
 @dataclass(frozen=True)
-class SkippedTier:
-    """A burn-rate tier left out for one objective because it can never fire."""
+class BurnTier:
+    """One burn-rate tier as generated for one objective: the spec's tier, adapted where it could not page fast.
+
+    `threshold` is the error ratio both windows must exceed (factor x error budget); `skipped` tiers can never fire
+    (the ratio would have to exceed 100%) and are left out; `adapted` says why a tier differs from the spec's.
+    """
 
     request_class: str
     sli: Sli
-    window: BurnRateWindow
+    window: BurnRateWindow  # the windows actually used (the spec's, or the adapted fast page tier's)
+    spec_window: BurnRateWindow  # as the spec (or the defaults) wrote it
     factor: float
     error_budget: float
+    skipped: bool
+    adapted: str  # "" when the tier is the spec's
+
+    @property
+    def threshold(self) -> float:
+        """The error ratio this tier fires above."""
+        return self.factor * self.error_budget
+
+    def seconds_to_fire(self, error_ratio: float) -> float | None:
+        """Time from a clean start to firing at a constant error ratio, `for:` included; None if it never fires.
+
+        Both windows fill linearly: the long one reaches `error_ratio` x elapsed / long, so it crosses the
+        threshold after threshold / error_ratio x long (the short window crosses first).
+        """
+        if self.skipped or error_ratio <= self.threshold:
+            return None
+        return self.threshold / error_ratio * self.window.long + self.window.for_
 
     def reason(self) -> str:
-        """One sentence for docs and test names."""
-        return (
-            f"{self.window.severity} tier {format_duration(self.window.long)}/{format_duration(self.window.short)} "
-            f"left out for {self.request_class} {self.sli.value}: factor {self.factor:.4g} x error budget "
-            f"{self.error_budget:.4g} >= 1, so it could never fire"
+        """One sentence for docs, validate and test names."""
+        where = f"{self.request_class} {self.sli.value}"
+        tier = (
+            f"{self.spec_window.severity} tier {format_duration(self.spec_window.long)}/"
+            f"{format_duration(self.spec_window.short)}"
         )
+        if self.skipped:
+            return (
+                f"{tier} left out for {where}: factor {self.factor:.4g} x error budget {self.error_budget:.4g} >= 1, "
+                "so it could never fire"
+            )
+        return f"{tier} adapted for {where}: {self.adapted}"
+
+
+# Kept for readers of the old name (promtool tests, docs): a skipped tier is a BurnTier with `skipped` set.
+SkippedTier = BurnTier
 
 
 def _fmt(value: float) -> str:
     return f"{value:.4g}"
+
+
+def window_text(seconds: float) -> str:
+    """SLO windows read in days (`28d`, not `4w`)."""
+    return _days(seconds)
 
 
 def _days(seconds: float) -> str:
@@ -95,17 +150,54 @@ def burn_factor(spec: Spec, window: BurnRateWindow) -> float:
     return round(window.factor(spec.window), 6)
 
 
-def skipped_burn_tiers(spec: Spec) -> list[SkippedTier]:
-    """Every (objective, tier) pair that is left out because factor x error budget >= 1."""
+def _fast_page(spec: Spec, window: BurnRateWindow, budget: float) -> tuple[BurnRateWindow, float, str] | None:
+    """The fastest page tier shortened so that a total outage pages within PAGE_WITHIN; None if already fast.
+
+    The error ratio it asks for is kept (capped at MAX_ERROR_RATIO, which a total outage still reaches); only the
+    long window shrinks, to the longest of FAST_LONG_WINDOWS that fires in time. Lowering the factor instead would
+    page on mild, slow burns, which is what tickets are for.
+    """
+    factor = burn_factor(spec, window)
+    ratio = min(factor * budget, MAX_ERROR_RATIO)
+    if factor * budget < 1 and ratio * window.long + window.for_ <= PAGE_WITHIN:
+        return None
+    for long in FAST_LONG_WINDOWS:
+        if long < window.long and ratio * long + window.for_ <= PAGE_WITHIN:
+            short = min(FAST_SHORT_WINDOW, long)
+            adapted = BurnRateWindow(window.severity, long, short, window.budget_percent, window.for_)
+            was = f"{format_duration(window.long)}/{format_duration(window.short)} at factor {factor:.4g}"
+            why = (
+                f"windows {format_duration(long)}/{format_duration(short)} at factor {ratio / budget:.4g} (error "
+                f"ratio {ratio:.4g}) instead of {was}, which "
+                + ("could never fire" if factor * budget >= 1 else
+                   f"would page {_minutes(ratio * window.long + window.for_)} into a total outage")
+                + f"; now it pages within {format_duration(PAGE_WITHIN)}"
+            )  # fmt: skip
+            return adapted, round(ratio / budget, 6), why
+    return None
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} minutes"
+
+
+def burn_tiers(spec: Spec, request_class: RequestClass, sli: Sli) -> list[BurnTier]:
+    """The burn-rate tiers of one objective, in the spec's order (empty without an objective)."""
+    objective = request_class.slos[sli].objective
+    if objective is None:
+        return []
+    budget = objective.error_budget
+    pages = [w for w in spec.alerting.burn_rates if w.severity == "page"]
+    fastest = min(pages, key=lambda w: w.long) if pages else None
     out = []
-    for rc in spec.classes:
-        for sli, slo in rc.slos.items():
-            if slo.objective is None:
-                continue
-            for window in spec.alerting.burn_rates:
-                factor = burn_factor(spec, window)
-                if factor * slo.objective.error_budget >= 1:
-                    out.append(SkippedTier(rc.name, sli, window, factor, slo.objective.error_budget))
+    for window in spec.alerting.burn_rates:
+        factor = burn_factor(spec, window)
+        fast = _fast_page(spec, window, budget) if window is fastest else None
+        if fast is not None:
+            used, factor_used, why = fast
+            out.append(BurnTier(request_class.name, sli, used, window, factor_used, budget, False, why))
+            continue
+        out.append(BurnTier(request_class.name, sli, window, window, factor, budget, factor * budget >= 1, ""))
     return out
 
 
@@ -113,6 +205,32 @@ def replica_text(spec: Spec) -> str:
     """`{{ $labels.instance }} engine {{ $labels.engine }}`: the replica as an alert template names it."""
     labels = "/".join(f"{{{{ $labels.{label} }}}}" for label in spec.alerting.replica_labels)
     return f"{labels} engine {{{{ $labels.{schema.RULE_LABEL_ENGINE} }}}}"
+
+
+def all_burn_tiers(spec: Spec) -> list[BurnTier]:
+    """Every objective's burn-rate tiers."""
+    return [t for rc in spec.classes for sli in rc.slos for t in burn_tiers(spec, rc, sli)]
+
+
+def burn_windows(spec: Spec) -> set[float]:
+    """Every window a burn-rate alert reads (the spec's and the adapted tiers'), for the SLI records."""
+    windows: set[float] = set()
+    for tier in all_burn_tiers(spec):
+        if not tier.skipped:
+            windows.update((tier.window.long, tier.window.short))
+    for window in spec.alerting.burn_rates:
+        windows.update((window.long, window.short))
+    return windows
+
+
+def skipped_burn_tiers(spec: Spec) -> list[BurnTier]:
+    """Every (objective, tier) pair that is left out because factor x error budget >= 1 (and was not adapted)."""
+    return [t for t in all_burn_tiers(spec) if t.skipped]
+
+
+def adapted_burn_tiers(spec: Spec) -> list[BurnTier]:
+    """Every (objective, tier) pair whose windows were adapted so that a total outage pages fast."""
+    return [t for t in all_burn_tiers(spec) if t.adapted]
 
 
 class _Builder:
@@ -181,6 +299,9 @@ class _Builder:
         )
 
 
+_SLO_KEYS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
+
+
 def _slo_matchers(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> list[tuple[str, str, str]]:
     return [
         eq(schema.RULE_LABEL_SERVICE, spec.service),
@@ -197,10 +318,10 @@ def _burn_alerts(b: _Builder) -> None:
             objective = slo.objective
             if objective is None:
                 continue
-            for window in spec.alerting.burn_rates:
-                factor = burn_factor(spec, window)
-                if factor * objective.error_budget >= 1:
+            for tier in burn_tiers(spec, rc, sli):
+                if tier.skipped:
                     continue
+                window, factor = tier.window, tier.factor
                 long, short = prom_duration(window.long), prom_duration(window.short)
                 for model in rc.models:
                     m = _slo_matchers(spec, model, rc, sli)
@@ -208,11 +329,21 @@ def _burn_alerts(b: _Builder) -> None:
                         f"{selector(schema.record_burn_rate(long), m)} > {number(factor)}\n"
                         f"and\n{selector(schema.record_burn_rate(short), m)} > {number(factor)}"
                     )
+                    if tier.adapted:
+                        # Short windows: a few requests must not page (one bad request in a quiet 5m is 100%).
+                        total = selector(schema.record_sli_total(prom_duration(FAST_SHORT_WINDOW)), m)
+                        expr += f"\nand on ({', '.join(_SLO_KEYS)})\n{total} >= {spec.alerting.min_requests}"
+                    spends = (
+                        f"which spends {_fmt(window.budget_percent)}% of the {_days(spec.window)} budget in {long}"
+                        if not tier.adapted
+                        else f"adapted from the spec's tier so that a total outage pages within "
+                        f"{format_duration(PAGE_WITHIN)}"
+                    )
                     description = (
                         f"{SLI_TITLES[sli].capitalize()} of {rc.name} on {model} is spending its error budget "
                         f'{{{{ $value | printf "%.2f" }}}}x as fast as the objective allows over {long} (and '
-                        f"{short}); this tier fires above {_fmt(factor)}x, which spends {_fmt(window.budget_percent)}% "
-                        f"of the {_days(spec.window)} budget in {long}. Objective: "
+                        f"{short}); this tier fires above {_fmt(factor)}x ({_fmt(tier.threshold * 100)}% of requests "
+                        f"slow), {spends}. Objective: "
                         f"{_fmt(objective.percentile)}% within {format_duration(objective.threshold)}."
                     )
                     b.add(
@@ -222,27 +353,62 @@ def _burn_alerts(b: _Builder) -> None:
                     )  # fmt: skip
 
 
+def traffic_guard(spec: Spec, matchers: list[Matcher]) -> str:
+    """`<requests in the last 5m> >= alerting.min_requests` for one SLO, from the recorded bucket rates.
+
+    Tier, baseline, consistency and scale-out signals decide on a 5m window; below the guard one slow request would
+    be a p50 or a p99, so they stay quiet (the dashboards say "too little traffic").
+    """
+    total = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, INF_MATCHER])
+    return f"sum by ({', '.join(_SLO_KEYS)}) ({total}) * {number(BASE_SECONDS)} >= {spec.alerting.min_requests}"
+
+
+def fraction_within(matchers: list[Matcher], seconds: float) -> str:
+    """Share of the last 5m's requests at or under `seconds` (a bucket boundary): an exact count, no interpolation."""
+    by = f"sum by ({', '.join(_SLO_KEYS)})"
+    good = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, le_matcher(seconds)])
+    total = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, INF_MATCHER])
+    return f"{by} ({good})\n/ {by} ({total})"
+
+
+def tier_cells(spec: Spec, kind: str) -> tuple[TierCell, ...]:
+    """The tier cells that alert with severity `kind` (page: critical.p50, ticket: acceptable.p95 by default)."""
+    return spec.alerting.page_tiers if kind == "page" else spec.alerting.ticket_tiers
+
+
 def _tier_alerts(b: _Builder) -> None:
+    """Page on p50 worse than critical, ticket on p95 worse than acceptable (or the cells `alerting.tiers` names).
+
+    `p > X` holds exactly when fewer than p of the requests took X or less, and X is a bucket boundary (the spec
+    checker makes sure), so the decision is a count against that boundary, not an interpolated quantile.
+    """
     spec = b.spec
+    on = f"on ({', '.join(_SLO_KEYS)})"
     for rc in spec.classes:
         for sli, slo in rc.slos.items():
-            for tier, name, severity in (
-                ("acceptable", NAME_ACCEPTABLE, "ticket"),
-                ("critical", NAME_CRITICAL, "page"),
-            ):
-                for pct, seconds in slo.tiers.tier(tier).items():
+            for severity in ("ticket", "page"):
+                for cell in tier_cells(spec, severity):
+                    seconds = slo.tiers.tier(cell.tier).get(cell.percentile)
+                    if seconds is None:
+                        continue
+                    name = NAME_CRITICAL if cell.tier == "critical" else NAME_ACCEPTABLE
+                    if cell.tier == "target":
+                        name = NAME_TARGET
+                    q = PERCENTILES[cell.percentile]
                     for model in rc.models:
-                        m = [*_slo_matchers(spec, model, rc, sli), eq("quantile", number(PERCENTILES[pct]))]
-                        expr = f"{selector(schema.RECORD_LATENCY_QUANTILE, m)} > {number(seconds)}"
+                        m = _slo_matchers(spec, model, rc, sli)
+                        expr = f"(\n{fraction_within(m, seconds)}\n) < {number(q)}\nand {on}\n{traffic_guard(spec, m)}"
                         description = (
-                            f"{pct} {SLI_TITLES[sli]} of {rc.name} on {model} is "
-                            f"{{{{ $value | humanizeDuration }}}} over the last 5m, worse than the {tier} tier of "
-                            f"{format_duration(seconds)} for {format_duration(spec.alerting.tier_for)}."
+                            f"Only {{{{ $value | humanizePercentage }}}} of {rc.name} requests on {model} had a "
+                            f"{SLI_TITLES[sli]} within {format_duration(seconds)} over the last 5m, so "
+                            f"{cell.percentile} is worse than the {cell.tier} tier of {format_duration(seconds)} "
+                            f"(it needs {q:.1%}), for {format_duration(spec.alerting.tier_for)}, with at least "
+                            f"{spec.alerting.min_requests} requests in the window."
                         )
                         b.add(
                             name, AlertKind.TIER, expr, spec.alerting.tier_for, severity, description,
-                            f"{pct} above {format_duration(seconds)}", model=model, request_class=rc, sli=sli,
-                            extra_labels={"percentile": pct},
+                            f"{cell.percentile} above {format_duration(seconds)}", model=model, request_class=rc,
+                            sli=sli, extra_labels={"percentile": cell.percentile},
                         )  # fmt: skip
 
 
@@ -264,17 +430,32 @@ def _baseline_alerts(b: _Builder) -> None:
                 rate = selector(schema.RECORD_REQUEST_RATE, m[:3])
                 expr = (
                     f"max without (quantile) ({p99}) > {number(baseline.ratio)} * {base}\n"
-                    f"and {on}\n{rate} >= {number(baseline.min_rps)}"
+                    f"and {on}\n{rate} >= {number(baseline.min_rps)}\n"
+                    f"and on ({', '.join(_SLO_KEYS)})\n{traffic_guard(spec, m)}"
                 )
                 description = (
                     f"p99 {SLI_TITLES[sli]} of {rc.name} on {model} is {{{{ $value | humanizeDuration }}}}, more "
                     f"than {_fmt(baseline.ratio)}x its baseline ({when}), with at least "
-                    f"{_fmt(baseline.min_rps)} requests/s now and then."
+                    f"{_fmt(baseline.min_rps)} requests/s now and then and at least {spec.alerting.min_requests} "
+                    "requests in the last 5m."
                 )
                 b.add(
                     NAME_BASELINE, AlertKind.BASELINE, expr, baseline.for_, "ticket", description, "p99 vs baseline",
                     model=model, request_class=rc, sli=sli,
                 )  # fmt: skip
+
+
+def scale_out_boundary(spec: Spec, request_class: RequestClass) -> float:
+    """The TTFT bucket boundary the scale-out signal counts against: fraction_of_slo x the objective's threshold.
+
+    With `source: slokit` the exporter has that boundary (Spec.buckets adds it); with `source: vllm` it is the
+    nearest boundary at or below it (`slokit validate` names it), so the signal errs towards scaling early.
+    """
+    slo = request_class.slos[Sli.TTFT]
+    assert slo.objective is not None
+    wanted = slo.objective.threshold * spec.alerting.scale_out.fraction_of_slo
+    bounds = [b for b in spec.buckets(Sli.TTFT) if b <= wanted * (1 + 1e-9)]
+    return max(bounds) if bounds else min(spec.buckets(Sli.TTFT))
 
 
 def _scale_out_alerts(b: _Builder) -> None:
@@ -284,18 +465,59 @@ def _scale_out_alerts(b: _Builder) -> None:
         slo = rc.slos.get(Sli.TTFT)
         if slo is None or slo.objective is None:
             continue
+        boundary = scale_out_boundary(spec, rc)
+        allowed = slo.objective.error_budget
         for model in rc.models:
             ratio = selector(schema.RECORD_SCALE_OUT, _slo_matchers(spec, model, rc, Sli.TTFT))
             expr = f"{ratio} > {number(scale.fraction_of_slo)}"
             description = (
-                f"p99 time to first token of {rc.name} on {model} is {{{{ $value | humanizePercentage }}}} of its "
-                f"{format_duration(slo.objective.threshold)} objective threshold, above the scale-out level of "
-                f"{scale.fraction_of_slo:.0%} for {format_duration(scale.for_)}."
+                f"More than {allowed:.2%} of {rc.name} requests on {model} (what the "
+                f"{_fmt(slo.objective.percentile)}% objective allows above {format_duration(slo.objective.threshold)})"
+                f" waited longer than {format_duration(boundary)} for their first token over the last 5m, for "
+                f"{format_duration(scale.for_)}: headroom is gone before the SLO breaks (signal "
+                f'{{{{ $value | printf "%.2f" }}}}, trigger {_fmt(scale.fraction_of_slo)}).'
             )
             b.add(
                 NAME_SCALE_OUT, AlertKind.SCALE_OUT, expr, scale.for_, "ticket", description, "", model=model,
                 request_class=rc, sli=Sli.TTFT,
             )  # fmt: skip
+
+
+def page_firing(spec: Spec, model: str) -> str:
+    """Prometheus' ALERTS series of this model's firing pages."""
+    return selector(
+        schema.ALERTS_SERIES,
+        [
+            eq("alertstate", "firing"),
+            eq("severity", spec.alerting.severity.page),
+            eq(schema.RULE_LABEL_SERVICE, spec.service),
+            eq(schema.RULE_LABEL_MODEL, model),
+        ],
+    )
+
+
+def _engine_pair(
+    b: _Builder, name: str, kind: AlertKind, expr: str, description: str, model: str, detail: str = ""
+) -> None:
+    """An engine alert as a ticket, or, while a page of its model fires, as a cause inside that page.
+
+    Engine alerts (queue, KV cache, preemption) explain an SLO page; sent on their own they would be a second
+    notification of the same incident. So each is generated twice with the same alertname: a ticket `unless` a page
+    of the model fires, and a page-severity copy labelled `cause: engine` only while one does. Alertmanager's page
+    route groups by service and model, so the copy joins the page's group (see alertmanager.py); it never exists
+    without a page, so it never wakes anyone on its own. The copy has no `for:` of its own: it joins at once.
+    """
+    spec = b.spec
+    on = f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL})"
+    firing = page_firing(spec, model)
+    b.add(name, kind, f"(\n{expr}\n)\nunless {on}\n{firing}", spec.alerting.tier_for, "ticket", description, detail,
+          model=model)  # fmt: skip
+    b.add(
+        name, kind, f"(\n{expr}\n)\nand {on}\n{firing}", 0, "page",
+        description + " It is shown inside the page of this model as a likely cause.",
+        f"{detail + ', ' if detail else ''}cause of a page", model=model,
+        extra_labels={schema.RULE_LABEL_CAUSE: schema.CAUSE_ENGINE},
+    )  # fmt: skip
 
 
 def _engine_alerts(b: _Builder) -> None:
@@ -314,23 +536,20 @@ def _engine_alerts(b: _Builder) -> None:
             f"its maximum of {model.max_num_seqs} (max_num_seqs); new requests wait for a slot and time to first "
             "token grows."
         )
-        b.add(NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, spec.alerting.tier_for, "ticket", description, "",
-              model=model.name)  # fmt: skip
+        _engine_pair(b, NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, description, model.name)
         kv = spec.alerting.kv_cache_usage_max
         expr = f"{selector(schema.RECORD_KV_CACHE_USAGE, m)} > {number(kv)}"
         description = (
             f"Engine {replica} of {model.name} has {{{{ $value | humanizePercentage }}}} of its KV "
             f"cache in use, above {kv:.0%}; new sequences must wait or preempt running ones."
         )
-        b.add(NAME_KV_FULL, AlertKind.KV_CACHE, expr, spec.alerting.tier_for, "ticket", description, "",
-              model=model.name)  # fmt: skip
+        _engine_pair(b, NAME_KV_FULL, AlertKind.KV_CACHE, expr, description, model.name)
         expr = f"{selector(schema.RECORD_PREEMPTIONS, m)} > 0"
         description = (
             f'Engine {replica} of {model.name} preempts {{{{ $value | printf "%.2f" }}}} requests/s '
             "(5m rate): the KV cache is too small for the running batch, and preempted requests are recomputed."
         )
-        b.add(NAME_PREEMPTING, AlertKind.KV_CACHE, expr, spec.alerting.tier_for, "ticket", description, "",
-              model=model.name)  # fmt: skip
+        _engine_pair(b, NAME_PREEMPTING, AlertKind.KV_CACHE, expr, description, model.name)
 
 
 def _consistency_alerts(b: _Builder) -> None:
@@ -341,10 +560,12 @@ def _consistency_alerts(b: _Builder) -> None:
                 continue
             limit = slo.consistency.max_p99_over_p50
             for model in rc.models:
-                expr = f"{selector(schema.RECORD_CONSISTENCY, _slo_matchers(spec, model, rc, sli))} > {number(limit)}"
+                lower = selector(schema.RECORD_CONSISTENCY_LOWER, _slo_matchers(spec, model, rc, sli))
+                expr = f"{lower} > {number(limit)}"
                 description = (
-                    f'p99 {SLI_TITLES[sli]} of {rc.name} on {model} is {{{{ $value | printf "%.2f" }}}}x its p50 '
-                    f"over the last 5m, above the consistency limit of {_fmt(limit)}x."
+                    f"p99 {SLI_TITLES[sli]} of {rc.name} on {model} is at least "
+                    f'{{{{ $value | printf "%.2f" }}}}x its p50 over the last 5m (a lower bound from bucket edges), '
+                    f"above the consistency limit of {_fmt(limit)}x."
                 )
                 b.add(
                     NAME_CONSISTENCY, AlertKind.CONSISTENCY, expr, spec.alerting.tier_for, "ticket", description,

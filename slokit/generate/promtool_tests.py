@@ -319,9 +319,11 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
             if rule.kind is AlertKind.BURN_RATE and slo.objective is not None:
                 values[id(rule)] = (1.0 / (1.0 - slo.objective.target_ratio), labels)
             elif rule.kind is AlertKind.TIER:
-                values[id(rule)] = (top, {**labels, "quantile": _quantile_of(rule)})
+                values[id(rule)] = (0.0, labels)  # the share of requests within the tier: none
             elif rule.kind is AlertKind.SCALE_OUT and slo.objective is not None:
-                values[id(rule)] = (top / slo.objective.threshold, labels)
+                # every request above the scale-out boundary: the whole share, over the share the objective allows
+                fraction = spec.alerting.scale_out.fraction_of_slo
+                values[id(rule)] = (round(fraction / slo.objective.error_budget, 9), labels)
             elif rule.kind is AlertKind.BASELINE:
                 values[id(rule)] = (top, labels)
         k = _healthy_bucket(spec, rc, sli)
@@ -339,9 +341,10 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
         idle += _histogram_inputs(spec, model, rc, sli, None, minutes)[0]
         idle.append({"series": baseline, "values": f"{number(p99)}x{minutes}"})
         if slo.consistency is not None:
-            series, cumulative = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes)
+            series, _ = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes)
             mixed += series
-            ratio = histogram_quantile(0.99, bounds, cumulative) / histogram_quantile(0.5, bounds, cumulative)
+            # p99 is in +Inf (lower edge: the top boundary), p50 in the first bucket (upper edge: its boundary)
+            ratio = bounds[-1] / bounds[0]
             for rule in consistency:
                 if rule.model == model and rule.request_class == rc.name and rule.sli is sli:
                     ratios[id(rule)] = (ratio, labels)
@@ -351,7 +354,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
             healthy.append(_requests_input(spec, model, rc, RPM, minutes))
             idle.append(_requests_input(spec, model, rc, 0, minutes))
             mixed.append(_requests_input(spec, model, rc, RPM, minutes))
-    notes = [s.reason() for s in alerts_mod.skipped_burn_tiers(spec)]
+    notes = [s.reason() for s in alerts_mod.all_burn_tiers(spec) if s.skipped or s.adapted]
     name = "every request slower than every threshold: burn-rate, tier, scale-out and baseline alerts fire"
     if notes:
         name += " (" + "; ".join(notes) + ")"
@@ -415,7 +418,12 @@ def prom_rate(at: int, per_minute: float, window: int = 300) -> float:
 def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Every model's engine at once: full and preempting, healthy, idle."""
     metrics = spec.metrics
-    rules = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)]
+    # The page-severity copies (cause: engine) exist only while an SLO page fires; these inputs have none.
+    rules = [
+        r
+        for r in all_rules
+        if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE) and schema.RULE_LABEL_CAUSE not in r.labels
+    ]
     if not rules:
         return []
     minutes = _minutes_for(rules)

@@ -66,8 +66,7 @@ class WindowPlan:
 def sli_windows(spec: Spec) -> list[float]:
     """Every window an objective gets an SLI record for, ascending."""
     windows = set(STANDARD_WINDOWS)
-    for burn in spec.alerting.burn_rates:
-        windows.update((burn.long, burn.short))
+    windows.update(alerts.burn_windows(spec))  # the spec's tiers and any adapted fast page tier
     windows.add(spec.window)
     return sorted(windows)
 
@@ -353,8 +352,37 @@ def _baseline_rule(spec: Spec) -> RecordingRule:
     return RecordingRule(schema.RECORD_P99_BASELINE, expr)
 
 
-def _consistency_rules(spec: Spec) -> list[RecordingRule]:
+def _edge(spec: Spec, rc: RequestClass, sli: Sli, q: float, *, upper: bool) -> str:
+    """The lower (or upper) edge of the bucket holding quantile `q`, per SLO, from bucket counts only.
+
+    `p_q > b` exactly when fewer than q of the requests took b or less. The lower edge is the largest boundary with
+    that share below q (0 if none), the upper edge the smallest boundary with the share at or above q. Each
+    boundary is one term; `or` keeps the first term present per series, so the terms are ordered to make the first
+    present one the answer.
+    """
+    base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value)]
+    by = promql.by(SLO_LABELS)
+    total = f"sum {by} ({selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, INF_MATCHER])})"
+    bounds = sorted(spec.buckets(sli), reverse=not upper)
     terms = []
+    for bound in bounds:
+        share = f"sum {by} ({selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, le_matcher(bound)])}) / {total}"
+        test = f">= {number(q)}" if upper else f"< {number(q)}"
+        terms.append(f"({share} {test}) * 0 + {number(bound)}")
+    if not upper:
+        terms.append(f"({total} > 0) * 0")  # every request under the lowest boundary: the lower edge is 0
+    return "(\n    " + "\n  or\n    ".join(terms) + "\n  )"
+
+
+def _consistency_rules(spec: Spec) -> list[RecordingRule]:
+    """p99/p50: interpolated (for dashboards), and bounded by bucket edges (for the alert).
+
+    The true p99 lies in (lower edge, upper edge] of its bucket, and so does p50, so p99/p50 lies between
+    lower(p99)/upper(p50) and upper(p99)/lower(p50). Only the lower bound above the limit proves inconsistency.
+    Both need alerting.min_requests requests in the 5m window.
+    """
+    terms, lowers, uppers = [], [], []
+    on = f"on ({', '.join(SLO_LABELS)})"
     for rc in spec.classes:
         for sli, slo in rc.slos.items():
             if slo.consistency is None:
@@ -363,20 +391,48 @@ def _consistency_rules(spec: Spec) -> list[RecordingRule]:
             p99 = selector(schema.RECORD_LATENCY_QUANTILE, [*base, eq("quantile", "0.99")])
             p50 = selector(schema.RECORD_LATENCY_QUANTILE, [*base, eq("quantile", "0.5")])
             terms.append(f"max without (quantile) ({p99}) / max without (quantile) ({p50} > 0)")
-    return [RecordingRule(schema.RECORD_CONSISTENCY, _union(terms))] if terms else []
+            guard = alerts.traffic_guard(spec, base)
+            lowers.append(
+                f"{_edge(spec, rc, sli, 0.99, upper=False)}\n/ {on}\n{_edge(spec, rc, sli, 0.5, upper=True)}\n"
+                f"and {on}\n{guard}"
+            )
+            uppers.append(
+                f"{_edge(spec, rc, sli, 0.99, upper=True)}\n/ {on}\n({_edge(spec, rc, sli, 0.5, upper=False)} > 0)\n"
+                f"and {on}\n{guard}"
+            )
+    if not terms:
+        return []
+    return [
+        RecordingRule(schema.RECORD_CONSISTENCY, _union(terms)),
+        RecordingRule(schema.RECORD_CONSISTENCY_LOWER, _union(lowers)),
+        RecordingRule(schema.RECORD_CONSISTENCY_UPPER, _union(uppers)),
+    ]
 
 
 def _scale_out_rules(spec: Spec) -> list[RecordingRule]:
-    """p99 TTFT over the TTFT objective threshold, per model and class; 0 at zero traffic."""
+    """Scale-out pressure per model and class from a bucket count (no interpolation); 0 under the traffic guard.
+
+    The share of TTFTs above the scale-out boundary (fraction_of_slo x the TTFT threshold, or the nearest vLLM
+    boundary at or below it) is compared with the share the objective allows above its threshold; the record is
+    fraction_of_slo x their quotient, so it crosses fraction_of_slo exactly at the trigger and autoscalers keep
+    targeting that fraction.
+    """
     terms = []
+    on = f"on ({', '.join(SLO_LABELS)})"
+    fraction = spec.alerting.scale_out.fraction_of_slo
     for rc in spec.classes:
         slo = rc.slos.get(Sli.TTFT)
         if slo is None or slo.objective is None:
             continue
         base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, Sli.TTFT.value)]
-        p99 = selector(schema.RECORD_LATENCY_QUANTILE, [*base, eq("quantile", "0.99")])
+        boundary = alerts.scale_out_boundary(spec, rc)
+        within = alerts.fraction_within(base, boundary)
+        scale = number(round(fraction / slo.objective.error_budget, 9))
         idle = selector(schema.record_sli_total(w(BASE_WINDOW)), base)
-        terms.append(f"(max without (quantile) ({p99}) / {number(slo.objective.threshold)} or {idle} * 0)")
+        terms.append(
+            f"(\n  (1 - (\n{within}\n  )) * {scale}\n  and {on}\n  {alerts.traffic_guard(spec, base)}\n"
+            f"  or {idle} * 0\n)"
+        )
     return [RecordingRule(schema.RECORD_SCALE_OUT, _union(terms))] if terms else []
 
 

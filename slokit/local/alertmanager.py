@@ -151,16 +151,21 @@ def start_alertmanager(
     *,
     port: int | None = None,
     timeout: float = 30.0,
+    config_data: Mapping[str, Any] | None = None,
 ) -> Alertmanager:
     """Start Alertmanager on 127.0.0.1 with `routes`, wait until it is ready, and return it.
 
     Its configuration, data and log live under `workdir`. Raises StartError (quoting the log) when the binary is
-    missing, the configuration is refused or it does not become ready within `timeout` seconds.
+    missing, the configuration is refused or it does not become ready within `timeout` seconds. `config_data`
+    replaces the severity routing built from `routes` (the generated configuration merged with webhooks).
     """
     binary = find_binary()
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "alertmanager.yml"
-    config_path.write_text(yaml.safe_dump(config(routes), sort_keys=False), encoding="utf-8")
+    config_path.write_text(
+        yaml.safe_dump(dict(config_data) if config_data is not None else config(routes), sort_keys=False),
+        encoding="utf-8",
+    )
     port = port or free_port()
     url = f"http://{LOOPBACK}:{port}"
     process = ManagedProcess(
