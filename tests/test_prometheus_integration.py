@@ -57,6 +57,7 @@ alerting:
   baseline: {ratio: 1.5, offset: 1d, min_rps: 0.05}
 """
 LABELS = {"model": "m1", "class": "chat", "engine": "0"}  # + instance: the replica
+JOB = "itest"  # the scrape job of the live part; the backfilled series carry it too, as scraped ones would
 SLO = {"service": "itest", "model": "m1", "class": "chat", "slo": "ttft"}
 GOOD_LE, SLOW_LE, BASELINE_LE = 0.3, 1.0, 1.5  # buckets the requests land in
 HISTORY = 86400 + 2 * 3600  # seconds of backfilled history before the end
@@ -246,7 +247,7 @@ def _backfill_and_check(
     writer.family(name, "histogram")
     writer.family(finished.removesuffix("_total"), "counter")
     for replica, samples in series.items():
-        labels = {**LABELS, "instance": instances[replica]}
+        labels = {**LABELS, "job": JOB, "instance": instances[replica]}
         for t, counts in samples.items():
             for bound, value in zip([*bounds, math.inf], counts, strict=True):
                 le = "+Inf" if math.isinf(bound) else format_le(bound)
@@ -341,7 +342,7 @@ def test_recorded_values_match_python_on_real_prometheus(
     # -- live: the exporter continues replica a's counters; Prometheus scrapes it and runs the rules itself.
     handler.traffic, handler.at_end, handler.slope = traffic, series["a"][end], traffic.per_second(bounds)
     server.stop()
-    server.static_targets = {"itest": [f"127.0.0.1:{port}"]}
+    server.static_targets = {JOB: [f"127.0.0.1:{port}"]}
     server.scrape_interval = "1s"
     live_rules = [r for level in _levels(spec) for r in level]
     server.rule_files = [_rule_file(tmp_path / "live.yaml", live_rules, spec, interval="5s")]
