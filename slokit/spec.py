@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 from slokit import schema
 from slokit.distributions import Distribution, DistributionError, parse_distribution
 from slokit.plan.presets import GPU_NAMES, MODEL_NAMES
-from slokit.schema import Sli, Source
+from slokit.schema import MeasuredAt, Sli, Source
 from slokit.units import DurationError, format_duration, format_le, parse_duration
 from slokit.yamlloc import LoadedYaml, Location, Path, YamlLocationError, load_yaml
 
@@ -168,6 +168,9 @@ class SloSpec:
     objective: Objective | None
     tiers: Tiers
     consistency: Consistency | None
+    # Where the SLI is measured (schema.MeasuredAt): the API server's ASGI layer sees time an overloaded server
+    # holds a request before the engine does; only TTFT and E2E with source slokit can be measured there.
+    measured_at: MeasuredAt = MeasuredAt.ENGINE
 
     def thresholds(self) -> list[float]:
         """Every latency threshold this SLO names (objective and tiers)."""
@@ -325,6 +328,12 @@ class Spec:
                 return request_class
         raise KeyError(name)
 
+    def latency_metric(self, sli: Sli, request_class: RequestClass | None = None) -> str:
+        """The histogram (base name) an SLI of a class is read from: the frontend's or the engine's."""
+        slo = request_class.slos.get(sli) if request_class is not None else None
+        where = slo.measured_at if slo is not None else MeasuredAt.ENGINE
+        return self.metrics.latency_metric(sli, where)
+
     def buckets(self, sli: Sli) -> tuple[float, ...]:
         """Histogram boundaries the source exposes for an SLI.
 
@@ -377,6 +386,7 @@ class _Checker:
         self.loaded = loaded
         self.file = file
         self.issues: list[SpecIssue] = []
+        self.source = Source.SLOKIT
 
     # -- reporting ------------------------------------------------------------------------------------------
     def error(self, path: Path, message: str, *, at_key: bool = False) -> None:
@@ -493,6 +503,7 @@ class _Checker:
         service = self.name(top["service"], ("service",)) if "service" in top else None
         description = self.get(top, "description", (), self.string, "")
         source = self._source(top)
+        self.source = source  # SLOs read it for their measured_at default
         window = self.get(top, "window", (), self.duration, 28 * 86400.0)
         demo = self.get(top, "demo", (), self._bool, False)
         vllm = self._vllm(top.get("vllm", {}), ("vllm",))
@@ -715,7 +726,7 @@ class _Checker:
         return slos
 
     def _slo(self, sli: Sli, value: Any, path: Path) -> SloSpec | None:
-        data = self.mapping(value, path, ("objective", "tiers", "consistency"))
+        data = self.mapping(value, path, ("objective", "tiers", "consistency", "measured_at"))
         if isinstance(value, dict) and not ({"objective", "tiers", "consistency"} & value.keys()):
             self.error(path, "give an objective, tiers or a consistency objective; otherwise nothing can alert")
         objective = None
@@ -739,7 +750,30 @@ class _Checker:
                 ratio = self.number(cdata["max_p99_over_p50"], (*cpath, "max_p99_over_p50"), low=1, low_open=True)
                 if ratio is not None:
                     consistency = Consistency(ratio)
-        return SloSpec(sli, objective, tiers, consistency)
+        measured_at = self._measured_at(sli, data, path)
+        return SloSpec(sli, objective, tiers, consistency, measured_at)
+
+    def _measured_at(self, sli: Sli, data: dict[str, Any], path: Path) -> MeasuredAt:
+        """`measured_at`: frontend (default for TTFT and E2E with source slokit) or engine."""
+        frontend_ok = self.source is Source.SLOKIT and sli in schema.FRONTEND_SLIS
+        default = MeasuredAt.FRONTEND if frontend_ok else MeasuredAt.ENGINE
+        if "measured_at" not in data:
+            return default
+        value = data["measured_at"]
+        choices = [m.value for m in MeasuredAt]
+        if value not in choices:
+            self.error((*path, "measured_at"), f"{value!r} is not a place; use {' or '.join(choices)}")
+            return default
+        where = MeasuredAt(value)
+        if where is MeasuredAt.FRONTEND and not frontend_ok:
+            why = (
+                "source: vllm has no frontend histograms"
+                if self.source is Source.VLLM
+                else f"the frontend measures only {' and '.join(sorted(s.value for s in schema.FRONTEND_SLIS))}"
+            )
+            self.error((*path, "measured_at"), f"{sli.value} cannot be measured at the frontend ({why}); use engine")
+            return MeasuredAt.ENGINE
+        return where
 
     def _tiers(self, value: Any, path: Path) -> Tiers:
         data = self.mapping(value, path, TIER_NAMES)

@@ -158,8 +158,10 @@ def _histogram_inputs(
 ) -> tuple[list[dict[str, str]], list[float]]:
     """Input series of one histogram; returns them and the cumulative per-minute counts (+Inf last)."""
     bounds = spec.buckets(sli)
-    name = spec.metrics.latency[sli]
+    name = spec.latency_metric(sli, rc)
     base = _raw_labels(spec, model, rc)
+    if name != spec.metrics.latency[sli]:
+        del base[spec.metrics.engine_label]  # frontend histograms carry no engine label (as the exporter writes them)
     if scenario is None:
         per_bucket = [0.0] * (len(bounds) + 1)
     else:

@@ -159,7 +159,7 @@ def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
         for rc in spec.classes:
             if sli not in rc.slos:
                 continue
-            raw = selector(spec.metrics.latency[sli] + "_bucket", _raw_matchers(spec, rc.models, rc))
+            raw = selector(spec.latency_metric(sli, rc) + "_bucket", _raw_matchers(spec, rc.models, rc))
             group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_ENGINE, "le"]
             if spec.metrics.class_label is not None:
                 group.insert(1, schema.RULE_LABEL_CLASS)
@@ -269,7 +269,7 @@ def _raw_window(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> Rec
             matchers.append(INF_MATCHER)
         else:
             matchers.append(le_matcher(objective.threshold))
-        raw = selector(spec.metrics.latency[sli] + suffix, matchers)
+        raw = selector(spec.latency_metric(sli, rc) + suffix, matchers)
         group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if spec.metrics.class_label else [])
         expr = _aggregate(spec, "sum", f"increase({raw}[{prom_duration(plan.window)}])", group)
         terms.append(f'label_replace({_with_class(spec, rc, expr)}, "slo", "{sli.value}", "", "")')
