@@ -579,7 +579,8 @@ class _Frontend:
 
 async def _timed_app(original: Any, app: Any, scope: Any, receive: Any, send: Any) -> None:
     """Run vLLM's app for one HTTP request, stamping its arrival, first content byte and last byte."""
-    request = FrontendRequest(perf_counter())
+    arrival = scope.get(_ARRIVAL_KEY)
+    request = FrontendRequest(arrival if isinstance(arrival, float) else perf_counter())
     token = FRONTEND_REQUEST_VAR.set(request)
 
     async def timed_send(message: Any) -> None:
@@ -610,8 +611,12 @@ async def _timed_app(original: Any, app: Any, scope: Any, receive: Any, send: An
 # ==============================================================================================================
 # Hooks (installed once per process, report to the newest logger)
 # ==============================================================================================================
+_ARRIVAL_KEY: Final = "slokit.arrival"  # ASGI scope key: perf_counter() when uvicorn began parsing the request
+
+
 def _install_hooks(logger: SlokitStatLogger) -> dict[str, bool]:
-    for name, install in (("add_request", _hook_add_request), ("asgi", _hook_asgi)):
+    hooks = (("add_request", _hook_add_request), ("asgi", _hook_asgi), ("arrival", _hook_uvicorn_arrival))
+    for name, install in hooks:
         if name in _HOOKS:
             continue
         try:
@@ -669,3 +674,27 @@ def _hook_asgi() -> None:
 
     __call__.__slokit_hook__ = True  # type: ignore[attr-defined]
     FastAPI.__call__ = __call__  # type: ignore[method-assign]
+
+
+def _hook_uvicorn_arrival() -> None:
+    """Stamp a request's arrival when uvicorn starts parsing it, not when the app is called.
+
+    An API server starved for CPU runs the app task late: the time between the request's bytes being parsed and
+    the app starting is part of what users wait for. uvicorn's httptools protocol (vLLM's default) builds the
+    ASGI scope in `on_message_begin`; the stamp rides in the scope. Without it (the h11 protocol, a future
+    uvicorn), the frontend clock starts at the app's entry.
+    """
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    original = HttpToolsProtocol.on_message_begin
+    if getattr(original, "__slokit_hook__", False):
+        return
+
+    @functools.wraps(original)
+    def on_message_begin(self: Any) -> None:
+        stamp = perf_counter()
+        original(self)
+        self.scope[_ARRIVAL_KEY] = stamp
+
+    on_message_begin.__slokit_hook__ = True  # type: ignore[attr-defined]
+    HttpToolsProtocol.on_message_begin = on_message_begin  # type: ignore[method-assign]
