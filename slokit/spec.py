@@ -995,38 +995,59 @@ class _Checker:
                     )
                 else:
                     owner[model] = index
+        off: list[tuple[Sli, Path, float]] = []
+        for index, request_class in enumerate(classes):
             for sli, slo in request_class.slos.items():
-                self._alignment(vllm, sli, slo, ("classes", index, "slos", sli.value))
+                off.extend(self._off_bucket(vllm, sli, slo, ("classes", index, "slos", sli.value)))
+        # One flag for the whole spec: every off-bucket threshold of a family merged into that family's list, so
+        # the user runs vLLM with one --custom-histogram-buckets value, not one per threshold.
+        merged: dict[str, set[float]] = {}
+        for sli, _, seconds in off:
+            merged.setdefault(schema.VLLM_SLI_FAMILY[sli], set(vllm.buckets(sli))).add(seconds)
+        flag = json.dumps(
+            {family: [float(format_le(b)) for b in sorted(values)] for family, values in sorted(merged.items())},
+            separators=(",", ":"),
+        )
+        for position, (sli, fpath, seconds) in enumerate(off):
+            self._alignment_error(vllm, sli, fpath, seconds, flag if position == 0 else None)
 
-    def _alignment(self, vllm: VllmSettings, sli: Sli, slo: SloSpec, path: Path) -> None:
+    def _off_bucket(self, vllm: VllmSettings, sli: Sli, slo: SloSpec, path: Path) -> list[tuple[Sli, Path, float]]:
+        """The thresholds of one SLO that are not a boundary of vLLM's histogram, with their paths."""
         bounds = vllm.buckets(sli)
-        family = schema.VLLM_SLI_FAMILY[sli]
-        metric = schema.VLLM_METRICS.latency[sli].removeprefix("vllm:")
         places: list[tuple[Path, float]] = []
         if slo.objective is not None:
             places.append(((*path, "objective", "threshold"), slo.objective.threshold))
         for tier in TIER_NAMES:
             for pct, seconds in slo.tiers.tier(tier).items():
                 places.append(((*path, "tiers", tier, pct), seconds))
-        for fpath, seconds in places:
-            if any(math.isclose(seconds, b, rel_tol=1e-9) for b in bounds):
-                continue
-            below, above = _neighbours(bounds, seconds)
-            near = " and ".join(format_duration(b) for b in (below, above) if b is not None)
-            fixed = sorted({*bounds, seconds})
-            flag = json.dumps({family: [float(format_le(b)) for b in fixed]}, separators=(",", ":"))
+        return [
+            (sli, fpath, seconds)
+            for fpath, seconds in places
+            if not any(math.isclose(seconds, b, rel_tol=1e-9) for b in bounds)
+        ]
+
+    def _alignment_error(self, vllm: VllmSettings, sli: Sli, fpath: Path, seconds: float, flag: str | None) -> None:
+        """One off-bucket threshold; the first one carries the merged flag, the others point at it."""
+        bounds = vllm.buckets(sli)
+        family = schema.VLLM_SLI_FAMILY[sli]
+        metric = schema.VLLM_METRICS.latency[sli].removeprefix("vllm:")
+        below, above = _neighbours(bounds, seconds)
+        near = " and ".join(format_duration(b) for b in (below, above) if b is not None)
+        if not schema.VLLM_VERSIONS[vllm.version].custom_histogram_buckets:
+            how = "or upgrade to vLLM 0.32 for --custom-histogram-buckets"
+        elif flag is not None:
             how = (
-                f"or run vLLM with --custom-histogram-buckets '{flag}' and declare the same list under "
-                f"vllm.custom_histogram_buckets.{family}"
-                if schema.VLLM_VERSIONS[vllm.version].custom_histogram_buckets
-                else "or upgrade to vLLM 0.32 for --custom-histogram-buckets"
+                f"or run vLLM with --custom-histogram-buckets '{flag}' (one list for every off-bucket threshold of "
+                f"this spec) and declare the same lists under vllm.custom_histogram_buckets"
             )
-            self.error(
-                fpath,
-                f"{sli.value} threshold {format_duration(seconds)} is not a bucket boundary of vLLM "
-                f"{vllm.version}'s {metric} histogram, so the SLI cannot be counted exactly; nearest are {near}; "
-                f"use one of those, {how}",
-            )
+        else:
+            how = f"or add it to vllm.custom_histogram_buckets.{family} (the one --custom-histogram-buckets list above)"
+        self.error(
+            fpath,
+            f"{sli.value} threshold {format_duration(seconds)} is not a bucket boundary of vLLM "
+            f"{vllm.version}'s {metric} histogram, so the SLI cannot be counted exactly; nearest are {near}; "
+            f"use one of those, {how}",
+        )
 
 
 def _neighbours(bounds: tuple[float, ...], value: float) -> tuple[float | None, float | None]:
