@@ -615,8 +615,8 @@ class _Checker:
         options = sorted(choices)
         if isinstance(value, str) and value in options:
             return value
-        close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        close = _family_matches(str(value), options) or difflib.get_close_matches(str(value), options, n=1, cutoff=0.5)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         self.error(path, f"unknown {what} {value!r}; {hint}known: {', '.join(options)}")
         return None
 
@@ -1048,6 +1048,18 @@ class _Checker:
             f"{vllm.version}'s {metric} histogram, so the SLI cannot be counted exactly; nearest are {near}; "
             f"use one of those, {how}",
         )
+
+
+def _family_matches(value: str, options: list[str]) -> list[str]:
+    """Presets of the family a name spells (`h100` -> h100-pcie, h100-sxm; `a100` -> both A100 sizes).
+
+    Edit distance alone suggests `h200` for `h100` (one letter apart) although an H200 is another GPU; a name that
+    is a whole prefix of some presets means one of those variants.
+    """
+    key = value.strip().lower()
+    if not key:
+        return []
+    return [o for o in options if o.startswith(key + "-")]
 
 
 def _neighbours(bounds: tuple[float, ...], value: float) -> tuple[float | None, float | None]:

@@ -29,8 +29,9 @@ from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
 from tests.slow_asgi import DELAY_HEADER
 
-DELAYS_MS = (300, 340, 380, 420, 460, 500, 540, 580)  # all above the chat TTFT objective (250 ms) at the frontend
+DELAYS_MS = (300, 320, 340, 360, 380, 400, 420, 440, 460, 480, 500, 520)  # all above the chat TTFT objective (250 ms) at the frontend
 TOLERANCE_S = 0.005
+SCHEDULING_S = 0.05  # see the p95 check: OS scheduling delay before the server reads the request
 FRONTEND_TTFT = schema.SLOKIT_METRICS.frontend_latency[Sli.TTFT]
 ENGINE_TTFT = schema.SLOKIT_METRICS.latency[Sli.TTFT]
 
@@ -102,8 +103,11 @@ def test_frontend_ttft_sees_a_starved_api_server_and_pages(
         assert frontend[-1] - engine[-1] >= 0.9 * delay_ms / 1000, (frontend[-1], engine[-1], delay_ms)
         assert frontend[-1] <= ttft + TOLERANCE_S  # the frontend's clock starts after the client's
     gaps = [round(c - f, 4) for c, f in zip(client, frontend, strict=True)]
-    for q in (0.5, 0.95):
-        assert abs(_rank(frontend, q) - _rank(client, q)) <= TOLERANCE_S, (q, gaps)
+    assert abs(_rank(frontend, 0.5) - _rank(client, 0.5)) <= TOLERANCE_S, gaps
+    # p95 of a handful of requests is their slowest one; on a 2-core machine shared with other work, the kernel can
+    # hold a request's bytes for tens of ms before the API server is scheduled to read them, which no clock inside
+    # the process can see. The bound says the frontend misses at most that, never the slow layer's hundreds of ms.
+    assert abs(_rank(frontend, 0.95) - _rank(client, 0.95)) <= SCHEDULING_S, gaps
     assert _rank(engine, 0.95) < 0.25 <= min(frontend)  # engine p95 under the objective; every user above it
 
     # The generated rules page on the frontend SLO when fed the scraped histograms; engine-measured rules do not.
