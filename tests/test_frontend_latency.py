@@ -29,7 +29,20 @@ from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
 from tests.slow_asgi import DELAY_HEADER
 
-DELAYS_MS = (300, 320, 340, 360, 380, 400, 420, 440, 460, 480, 500, 520)  # all above the chat TTFT objective (250 ms) at the frontend
+DELAYS_MS = (
+    300,
+    320,
+    340,
+    360,
+    380,
+    400,
+    420,
+    440,
+    460,
+    480,
+    500,
+    520,
+)  # all above the chat TTFT objective (250 ms) at the frontend
 TOLERANCE_S = 0.005
 SCHEDULING_S = 0.05  # see the p95 check: OS scheduling delay before the server reads the request
 FRONTEND_TTFT = schema.SLOKIT_METRICS.frontend_latency[Sli.TTFT]
@@ -153,6 +166,6 @@ def _pages(spec: Spec, buckets: dict[str, dict[tuple[tuple[str, str], ...], floa
     test_file = out / "page.test.yaml"
     test_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     result = run_rule_tests([test_file])
-    if not result.ok and "exp_samples" not in result.output and "expected" not in result.output:
+    if not result.ok and "got: nil" not in result.output:  # anything but "the alert did not fire" is an error
         raise AssertionError(result.output[-4000:])
     return result.ok
