@@ -14,7 +14,7 @@ Two sources of request latency exist:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
@@ -35,6 +35,21 @@ class Sli(StrEnum):
     TPOT = "tpot"  # per-request mean time per output token after the first
     E2E = "e2e"  # end-to-end request latency
 
+
+class MeasuredAt(StrEnum):
+    """Where a latency SLI is measured: at slokit's ASGI layer in vLLM's API server, or inside the engine.
+
+    The engine's clock starts when the request reaches the engine, so it cannot see time the request spent in an
+    overloaded API server (HTTP parsing, tokenisation, a starved event loop); the frontend's clock starts when the
+    HTTP request enters the app and stops at the bytes the client receives, which is what users feel.
+    """
+
+    FRONTEND = "frontend"
+    ENGINE = "engine"
+
+
+# SLIs the frontend can measure (the ASGI layer sees the first content byte and the last byte, not tokens).
+FRONTEND_SLIS: Final = frozenset({Sli.TTFT, Sli.E2E})
 
 SLI_TITLES: Final = MappingProxyType(
     {
@@ -148,6 +163,15 @@ class SourceMetrics:
     prefix_cache_queries: str | None
     prefix_cache_hits: str | None
     prompt_tokens_histogram: str | None  # per-request prompt length (TTFT against prompt length)
+    # Histograms measured at the API server's ASGI layer (labels model, class; no engine: the frontend does not
+    # know which data-parallel engine served a request). Empty: the source has none.
+    frontend_latency: MappingProxyType[Sli, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def latency_metric(self, sli: Sli, measured_at: MeasuredAt) -> str:
+        """The histogram an SLI is read from, where it is measured."""
+        if measured_at is MeasuredAt.FRONTEND and sli in self.frontend_latency:
+            return self.frontend_latency[sli]
+        return self.latency[sli]
 
 
 VLLM_METRICS: Final = SourceMetrics(
@@ -204,6 +228,12 @@ SLOKIT_METRICS: Final = SourceMetrics(
     prefix_cache_queries="slokit_prefix_cache_queries_total",
     prefix_cache_hits="slokit_prefix_cache_hits_total",
     prompt_tokens_histogram="slokit_request_prompt_tokens",
+    frontend_latency=MappingProxyType(
+        {
+            Sli.TTFT: "slokit_frontend_time_to_first_token_seconds",
+            Sli.E2E: "slokit_frontend_e2e_request_latency_seconds",
+        }
+    ),
 )
 
 # Exporter self-metrics and the info metric (slokit source only).

@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 from slokit import schema
 from slokit.distributions import Distribution, DistributionError, parse_distribution
 from slokit.plan.presets import GPU_NAMES, MODEL_NAMES
-from slokit.schema import Sli, Source
+from slokit.schema import MeasuredAt, Sli, Source
 from slokit.units import DurationError, format_duration, format_le, parse_duration
 from slokit.yamlloc import LoadedYaml, Location, Path, YamlLocationError, load_yaml
 
@@ -171,6 +171,9 @@ class SloSpec:
     objective: Objective | None
     tiers: Tiers
     consistency: Consistency | None
+    # Where the SLI is measured (schema.MeasuredAt): the API server's ASGI layer sees time an overloaded server
+    # holds a request before the engine does; only TTFT and E2E with source slokit can be measured there.
+    measured_at: MeasuredAt = MeasuredAt.ENGINE
 
     def thresholds(self) -> list[float]:
         """Every latency threshold this SLO names (objective and tiers)."""
@@ -371,6 +374,12 @@ class Spec:
                 return request_class
         raise KeyError(name)
 
+    def latency_metric(self, sli: Sli, request_class: RequestClass | None = None) -> str:
+        """The histogram (base name) an SLI of a class is read from: the frontend's or the engine's."""
+        slo = request_class.slos.get(sli) if request_class is not None else None
+        where = slo.measured_at if slo is not None else MeasuredAt.ENGINE
+        return self.metrics.latency_metric(sli, where)
+
     def buckets(self, sli: Sli) -> tuple[float, ...]:
         """Histogram boundaries the source exposes for an SLI.
 
@@ -426,6 +435,7 @@ class _Checker:
         self.loaded = loaded
         self.file = file
         self.issues: list[SpecIssue] = []
+        self.source = Source.SLOKIT
 
     # -- reporting ------------------------------------------------------------------------------------------
     def error(self, path: Path, message: str, *, at_key: bool = False) -> None:
@@ -542,6 +552,7 @@ class _Checker:
         service = self.name(top["service"], ("service",)) if "service" in top else None
         description = self.get(top, "description", (), self.string, "")
         source = self._source(top)
+        self.source = source  # SLOs read it for their measured_at default
         window = self.get(top, "window", (), self.duration, 28 * 86400.0)
         demo = self.get(top, "demo", (), self._bool, False)
         vllm = self._vllm(top.get("vllm", {}), ("vllm",))
@@ -680,8 +691,8 @@ class _Checker:
         options = sorted(choices)
         if isinstance(value, str) and value in options:
             return value
-        close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        close = _family_matches(str(value), options) or difflib.get_close_matches(str(value), options, n=1, cutoff=0.5)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         self.error(path, f"unknown {what} {value!r}; {hint}known: {', '.join(options)}")
         return None
 
@@ -791,7 +802,7 @@ class _Checker:
         return slos
 
     def _slo(self, sli: Sli, value: Any, path: Path) -> SloSpec | None:
-        data = self.mapping(value, path, ("objective", "tiers", "consistency"))
+        data = self.mapping(value, path, ("objective", "tiers", "consistency", "measured_at"))
         if isinstance(value, dict) and not ({"objective", "tiers", "consistency"} & value.keys()):
             self.error(path, "give an objective, tiers or a consistency objective; otherwise nothing can alert")
         objective = None
@@ -815,7 +826,30 @@ class _Checker:
                 ratio = self.number(cdata["max_p99_over_p50"], (*cpath, "max_p99_over_p50"), low=1, low_open=True)
                 if ratio is not None:
                     consistency = Consistency(ratio)
-        return SloSpec(sli, objective, tiers, consistency)
+        measured_at = self._measured_at(sli, data, path)
+        return SloSpec(sli, objective, tiers, consistency, measured_at)
+
+    def _measured_at(self, sli: Sli, data: dict[str, Any], path: Path) -> MeasuredAt:
+        """`measured_at`: frontend (default for TTFT and E2E with source slokit) or engine."""
+        frontend_ok = self.source is Source.SLOKIT and sli in schema.FRONTEND_SLIS
+        default = MeasuredAt.FRONTEND if frontend_ok else MeasuredAt.ENGINE
+        if "measured_at" not in data:
+            return default
+        value = data["measured_at"]
+        choices = [m.value for m in MeasuredAt]
+        if value not in choices:
+            self.error((*path, "measured_at"), f"{value!r} is not a place; use {' or '.join(choices)}")
+            return default
+        where = MeasuredAt(value)
+        if where is MeasuredAt.FRONTEND and not frontend_ok:
+            why = (
+                "source: vllm has no frontend histograms"
+                if self.source is Source.VLLM
+                else f"the frontend measures only {' and '.join(sorted(s.value for s in schema.FRONTEND_SLIS))}"
+            )
+            self.error((*path, "measured_at"), f"{sli.value} cannot be measured at the frontend ({why}); use engine")
+            return MeasuredAt.ENGINE
+        return where
 
     def _tiers(self, value: Any, path: Path) -> Tiers:
         data = self.mapping(value, path, TIER_NAMES)
@@ -1112,38 +1146,71 @@ class _Checker:
                     )
                 else:
                     owner[model] = index
+        off: list[tuple[Sli, Path, float]] = []
+        for index, request_class in enumerate(classes):
             for sli, slo in request_class.slos.items():
-                self._alignment(vllm, sli, slo, ("classes", index, "slos", sli.value))
+                off.extend(self._off_bucket(vllm, sli, slo, ("classes", index, "slos", sli.value)))
+        # One flag for the whole spec: every off-bucket threshold of a family merged into that family's list, so
+        # the user runs vLLM with one --custom-histogram-buckets value, not one per threshold.
+        merged: dict[str, set[float]] = {}
+        for sli, _, seconds in off:
+            merged.setdefault(schema.VLLM_SLI_FAMILY[sli], set(vllm.buckets(sli))).add(seconds)
+        flag = json.dumps(
+            {family: [float(format_le(b)) for b in sorted(values)] for family, values in sorted(merged.items())},
+            separators=(",", ":"),
+        )
+        for position, (sli, fpath, seconds) in enumerate(off):
+            self._alignment_error(vllm, sli, fpath, seconds, flag if position == 0 else None)
 
-    def _alignment(self, vllm: VllmSettings, sli: Sli, slo: SloSpec, path: Path) -> None:
+    def _off_bucket(self, vllm: VllmSettings, sli: Sli, slo: SloSpec, path: Path) -> list[tuple[Sli, Path, float]]:
+        """The thresholds of one SLO that are not a boundary of vLLM's histogram, with their paths."""
         bounds = vllm.buckets(sli)
-        family = schema.VLLM_SLI_FAMILY[sli]
-        metric = schema.VLLM_METRICS.latency[sli].removeprefix("vllm:")
         places: list[tuple[Path, float]] = []
         if slo.objective is not None:
             places.append(((*path, "objective", "threshold"), slo.objective.threshold))
         for tier in TIER_NAMES:
             for pct, seconds in slo.tiers.tier(tier).items():
                 places.append(((*path, "tiers", tier, pct), seconds))
-        for fpath, seconds in places:
-            if any(math.isclose(seconds, b, rel_tol=1e-9) for b in bounds):
-                continue
-            below, above = _neighbours(bounds, seconds)
-            near = " and ".join(format_duration(b) for b in (below, above) if b is not None)
-            fixed = sorted({*bounds, seconds})
-            flag = json.dumps({family: [float(format_le(b)) for b in fixed]}, separators=(",", ":"))
+        return [
+            (sli, fpath, seconds)
+            for fpath, seconds in places
+            if not any(math.isclose(seconds, b, rel_tol=1e-9) for b in bounds)
+        ]
+
+    def _alignment_error(self, vllm: VllmSettings, sli: Sli, fpath: Path, seconds: float, flag: str | None) -> None:
+        """One off-bucket threshold; the first one carries the merged flag, the others point at it."""
+        bounds = vllm.buckets(sli)
+        family = schema.VLLM_SLI_FAMILY[sli]
+        metric = schema.VLLM_METRICS.latency[sli].removeprefix("vllm:")
+        below, above = _neighbours(bounds, seconds)
+        near = " and ".join(format_duration(b) for b in (below, above) if b is not None)
+        if not schema.VLLM_VERSIONS[vllm.version].custom_histogram_buckets:
+            how = "or upgrade to vLLM 0.32 for --custom-histogram-buckets"
+        elif flag is not None:
             how = (
-                f"or run vLLM with --custom-histogram-buckets '{flag}' and declare the same list under "
-                f"vllm.custom_histogram_buckets.{family}"
-                if schema.VLLM_VERSIONS[vllm.version].custom_histogram_buckets
-                else "or upgrade to vLLM 0.32 for --custom-histogram-buckets"
+                f"or run vLLM with --custom-histogram-buckets '{flag}' (one list for every off-bucket threshold of "
+                f"this spec) and declare the same lists under vllm.custom_histogram_buckets"
             )
-            self.error(
-                fpath,
-                f"{sli.value} threshold {format_duration(seconds)} is not a bucket boundary of vLLM "
-                f"{vllm.version}'s {metric} histogram, so the SLI cannot be counted exactly; nearest are {near}; "
-                f"use one of those, {how}",
-            )
+        else:
+            how = f"or add it to vllm.custom_histogram_buckets.{family} (the one --custom-histogram-buckets list above)"
+        self.error(
+            fpath,
+            f"{sli.value} threshold {format_duration(seconds)} is not a bucket boundary of vLLM "
+            f"{vllm.version}'s {metric} histogram, so the SLI cannot be counted exactly; nearest are {near}; "
+            f"use one of those, {how}",
+        )
+
+
+def _family_matches(value: str, options: list[str]) -> list[str]:
+    """Presets of the family a name spells (`h100` -> h100-pcie, h100-sxm; `a100` -> both A100 sizes).
+
+    Edit distance alone suggests `h200` for `h100` (one letter apart) although an H200 is another GPU; a name that
+    is a whole prefix of some presets means one of those variants.
+    """
+    key = value.strip().lower()
+    if not key:
+        return []
+    return [o for o in options if o.startswith(key + "-")]
 
 
 def _neighbours(bounds: tuple[float, ...], value: float) -> tuple[float | None, float | None]:

@@ -7,6 +7,7 @@ shares this one. Tests must not change its state beyond sending requests; each t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,13 @@ ENGINE_SPEC = Path(__file__).parent / "data" / "engine-spec.yaml"
 SERVED_MODEL_NAME = "tiny-llama"  # matches the model name in tests/data/engine-spec.yaml
 MAX_NUM_SEQS = 4  # small, so that a flood of requests queues (tests see waiting requests and queue time)
 DRILL_CLASS = "batch-drill"  # see vllm_server: requests with this header value fault inside the exporter
+
+
+def _python_path() -> str:
+    """The repository root first, so the server imports `tests.slow_asgi` (and this checkout's slokit)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    inherited = os.environ.get("PYTHONPATH", "")
+    return f"{root}{os.pathsep}{inherited}" if inherited else root
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +58,9 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
         log_path=log_path,
         # Chaos drill: requests of this (undeclared) header value make the exporter raise while processing them,
         # so a test can check that faults are counted and requests still succeed. See docs/exporter.md.
-        env={"SLOKIT_EXPORTER_DRILL_HEADER": DRILL_CLASS},
+        env={"SLOKIT_EXPORTER_DRILL_HEADER": DRILL_CLASS, "PYTHONPATH": _python_path()},
+        # A slow ASGI layer (a CPU-starved API server) for requests that ask for it; see tests/slow_asgi.py.
+        extra_args=["--middleware", "tests.slow_asgi.SlowAsgiLayer"],
     )
     try:
         yield server

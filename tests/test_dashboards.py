@@ -14,6 +14,7 @@ from slokit.generate import dashboards
 from slokit.generate.model import AlertKind, AlertRule
 from slokit.generate.writer import notice
 from slokit.local.prometheus import check_rule_files
+from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +101,12 @@ def test_variables_uid_notice_and_determinism(spec: Spec) -> None:
 def test_debugging_rows_follow_the_runbook_order(spec: Spec) -> None:
     board = _boards(spec)[f"dashboards/{spec.service}-debugging.json"]
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    if spec.metrics.frontend_latency:  # step 0, the API server, before the engine queue
+        assert rows[0].startswith("0. API server saturation")
+        panels = [p for p in board["panels"] if p["type"] != "row"]
+        exprs = " ".join(t["expr"] for p in panels[:2] for t in p["targets"])
+        assert spec.metrics.frontend_latency[Sli.TTFT] in exprs and spec.metrics.latency[Sli.TTFT] in exprs
+        rows = rows[1:]
     assert [r.split(".")[0] for r in rows] == ["1", "2", "3", "4"]
     assert "Queue" in rows[0] and "Decode" in rows[1] and "KV" in rows[2] and "Interconnect" in rows[3]
 

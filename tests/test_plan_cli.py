@@ -13,6 +13,7 @@ from slokit.cli import app
 from slokit.commands.plan import UsageError, parse_count
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -38,6 +39,19 @@ def test_preset_plan_prints_a_short_table() -> None:
     assert any(line.strip().startswith("sizing") and "engines" in line for line in lines)
     assert any("lower bound" in line for line in lines)
     assert len(lines) < 20
+
+
+def test_spec_plan_without_concurrency_says_what_a_gpu_count_needs() -> None:
+    code, out, _ = run("--spec", str(ROOT / "examples" / "assistant.yaml"))
+    assert code == 0, out
+    sizing = [line for line in out.splitlines() if line.strip().startswith("sizing")]
+    assert sizing and all("pass --concurrency N" in line for line in sizing)
+    code, out, _ = run("--spec", str(ROOT / "examples" / "assistant.yaml"), "--json")
+    for plan in plans(out):
+        assert plan["sizing"]["engines"] is None and plan["sizing"]["needs"] == "--concurrency"
+    code, out, _ = run("--spec", str(ROOT / "examples" / "assistant.yaml"), "--concurrency", "300", "--json")
+    for plan in plans(out):
+        assert plan["sizing"]["needs"] is None and plan["sizing"]["engines"] >= 1
 
 
 def test_json_has_every_input_term_and_result_with_units() -> None:

@@ -89,12 +89,19 @@ def test_sections_walk_the_four_steps_in_order_with_this_alerts_model_and_class(
     for rule in rules:
         body = by_title[rule.title]
         positions = [body.index(f"**Step {i}: {title}.**") for i, title in enumerate(STEP_TITLES, start=1)]
+        if m.frontend_latency:  # the API server comes before the engine queue
+            positions.insert(0, body.index("**Step 0: API server saturation.**"))
+        else:
+            assert "**Step 0:" not in body
         assert positions == sorted(positions), rule.title
         assert body.index("What fired and what it means for users") < positions[0]
         step_bodies = re.split(r"\*\*Step \d: ", body)[1:]
         for step in step_bodies:
             assert promql_blocks(step), f"{rule.title}: a step without PromQL"
             assert "Healthy:" in step and "Fix:" in step
+        if m.frontend_latency:
+            frontend = "\n".join(promql_blocks(step_bodies.pop(0)))
+            assert m.frontend_latency[Sli.TTFT] in frontend and m.latency[Sli.TTFT] in frontend
         if rule.model is not None:
             queue = promql_blocks(step_bodies[0])
             assert f'{m.model_label}="{rule.model}"' in queue[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -105,7 +107,10 @@ def test_all_errors_are_reported_in_one_run() -> None:
         ("service: svc", "service: svc\nsource: prom", "source", "'slokit'"),
         ("service: svc", "service: svc\nwindow: 2d", "window", "longest alert window"),
         ("service: svc", "service: svc\nwindow: -1d", "window", "not a duration"),
-        ("  - name: m\n", "  - name: m\n    gpu: h100\n", "models[0].gpu", "did you mean"),
+        ("  - name: m\n", "  - name: m\n    gpu: h100\n", "models[0].gpu", "did you mean 'h100-pcie' or 'h100-sxm'?"),
+        ("  - name: m\n", "  - name: m\n    gpu: H100\n", "models[0].gpu", "did you mean 'h100-pcie' or 'h100-sxm'?"),
+        ("  - name: m\n", "  - name: m\n    gpu: a100\n", "models[0].gpu", "'a100-40gb' or 'a100-80gb'?"),
+        ("  - name: m\n", "  - name: m\n    gpu: h20\n", "models[0].gpu", "did you mean 'h200'?"),
         ("  - name: m\n", "  - name: m\n    tensor_parallel: 0\n", "models[0].tensor_parallel", ">= 1"),
         ("  - name: m\n", "  - name: m\n    tensor_parallel: 2.5\n", "models[0].tensor_parallel", "integer"),
         ("  - name: m\n", "  - name: m\n    preset: llama-70b\n", "models[0].preset", "llama-3-70b"),
@@ -232,6 +237,36 @@ def test_bucket_alignment_names_neighbours_and_fix() -> None:
     assert "0.25,0.3,0.5" in issue.message
 
 
+def test_off_bucket_thresholds_get_one_merged_custom_buckets_list() -> None:
+    """Three off-bucket thresholds in two classes and two families: one flag, holding every one of them."""
+    text = (
+        VLLM_BASE
+        + """\
+        tiers:
+          critical: {p95: 1.2s}
+  - name: code
+    models: [b]
+    slos:
+      ttft:
+        objective: {percentile: 99, threshold: 400ms}
+      itl:
+        objective: {percentile: 95, threshold: 30ms}
+"""
+    )
+    with pytest.raises(SpecError) as caught:
+        load_spec_text(text, "s.yaml")
+    issues = caught.value.issues
+    assert len(issues) == 4
+    flags = [re.search(r"--custom-histogram-buckets '([^']+)'", i.message) for i in issues]
+    found = [f.group(1) for f in flags if f is not None]
+    assert len(found) == 1, [i.message for i in issues]
+    merged = json.loads(found[0])
+    ttft, itl = merged["time_to_first_token"], merged["inter_token_latency"]
+    assert {0.3, 0.4, 1.2} <= set(ttft) and 0.25 in ttft and ttft == sorted(ttft)
+    assert 0.03 in itl and 0.025 in itl
+    assert all("not a bucket boundary" in i.message for i in issues)
+
+
 def test_custom_buckets_make_threshold_valid() -> None:
     text = VLLM_BASE.replace("source: vllm", "source: vllm\nvllm:\n  custom_histogram_buckets:\n"
                              "    time_to_first_token: [0.1, 0.3, 1.0]")  # fmt: skip
@@ -301,3 +336,45 @@ def test_file_errors(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(SpecError, match="not UTF-8"):
         load_spec(binary)
+
+
+SLOKIT_BASE = VLLM_BASE.replace("source: vllm", "source: slokit").replace(
+    "      ttft:\n        objective: {percentile: 95, threshold: 300ms}\n",
+    "      ttft:\n        objective: {percentile: 95, threshold: 300ms}\n"
+    "      itl:\n        objective: {percentile: 95, threshold: 50ms}\n"
+    "      e2e:\n        objective: {percentile: 95, threshold: 5s}\n",
+)
+
+
+def test_measured_at_defaults_to_frontend_for_ttft_and_e2e_with_source_slokit() -> None:
+    from slokit.schema import MeasuredAt
+
+    slos = load_spec_text(SLOKIT_BASE, "s.yaml").request_class("chat").slos
+    assert {sli: slo.measured_at for sli, slo in slos.items()} == {
+        Sli.TTFT: MeasuredAt.FRONTEND,
+        Sli.ITL: MeasuredAt.ENGINE,
+        Sli.E2E: MeasuredAt.FRONTEND,
+    }
+    engine = SLOKIT_BASE.replace("      e2e:\n", "      e2e:\n        measured_at: engine\n")
+    spec = load_spec_text(engine, "s.yaml")
+    assert spec.request_class("chat").slos[Sli.E2E].measured_at is MeasuredAt.ENGINE
+    assert spec.latency_metric(Sli.E2E, spec.request_class("chat")) == "slokit_e2e_request_latency_seconds"
+    assert spec.latency_metric(Sli.TTFT, spec.request_class("chat")) == "slokit_frontend_time_to_first_token_seconds"
+    vllm = load_spec_text(VLLM_BASE.replace("300ms", "250ms"), "s.yaml").request_class("chat").slos
+    assert vllm[Sli.TTFT].measured_at is MeasuredAt.ENGINE
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        (SLOKIT_BASE.replace("      itl:\n", "      itl:\n        measured_at: frontend\n"),
+         "classes[0].slos.itl.measured_at", "only e2e and ttft"),
+        (SLOKIT_BASE.replace("      ttft:\n", "      ttft:\n        measured_at: client\n"),
+         "classes[0].slos.ttft.measured_at", "use frontend or engine"),
+        (VLLM_BASE.replace("300ms", "250ms").replace("      ttft:\n", "      ttft:\n        measured_at: frontend\n"),
+         "classes[0].slos.ttft.measured_at", "source: vllm has no frontend"),
+    ],
+)  # fmt: skip
+def test_measured_at_refuses_what_cannot_be_measured_there(text: str, field: str, words: str) -> None:
+    issue = only_issue(text)
+    assert issue.field == field and words in issue.message

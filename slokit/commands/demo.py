@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from slokit.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, report_spec_error
+from slokit.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, report_spec_error, require_vllm
 from slokit.spec import SpecError
 
 EXIT_INTERRUPTED = 130
@@ -67,6 +67,7 @@ def demo(
     ] = False,
 ) -> None:
     """Run the local end-to-end story (the help text is `HELP`, kept in paragraphs for the terminal)."""
+    require_vllm("demo")  # before anything starts: a bare `pip install .` has no engine to run
     from slokit.demo import DEMO_SPEC, DemoConfig, DemoInputError, PlainReporter, Reporter, TerminalReporter, run_demo
 
     config = DemoConfig(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping, Sequence
@@ -181,6 +182,99 @@ class ClassHeaderMiddleware:
             await self.app(scope, receive, send)
         finally:
             CLASS_HEADER_VAR.reset(token)
+
+
+# ==============================================================================================================
+# The frontend's view of a request (time to first content byte and to the last byte, at the ASGI layer)
+# ==============================================================================================================
+class FrontendRequest:
+    """One HTTP request as the API server's ASGI layer sees it, from arrival to its last byte.
+
+    The engine's clocks start when the engine receives a request; time an overloaded API server holds it (HTTP
+    parsing, tokenisation, a starved event loop) is invisible to them but not to users. `cls` is set by the
+    exporter when the engine admits the request, so only inference requests (never /metrics or /health) are
+    observed, under the class the engine-side series use.
+    """
+
+    __slots__ = ("arrival", "cls", "first", "last", "status", "streaming")
+
+    def __init__(self, arrival: float) -> None:
+        self.arrival = arrival
+        self.cls: int | None = None  # class index, once the engine admitted the request
+        self.status = 0
+        self.streaming = False  # text/event-stream: TTFT is the first event that carries content
+        self.first = 0.0  # stamp of the first content byte handed to the server (0: none yet)
+        self.last = 0.0  # stamp of the final body message (0: the response did not finish)
+
+    def on_start(self, message: MutableMapping[str, Any]) -> None:
+        """`http.response.start`: the status and whether the body is an event stream."""
+        self.status = int(message.get("status", 0))
+        for key, value in message.get("headers") or ():
+            if bytes(key).lower() == b"content-type":
+                self.streaming = bytes(value).lower().startswith(b"text/event-stream")
+                break
+
+    def on_body(self, message: MutableMapping[str, Any], stamp: float) -> None:
+        """`http.response.body` sent at `stamp`: the first content byte and the end of the response."""
+        if self.first == 0.0:
+            body = message.get("body") or b""
+            if body and (not self.streaming or sse_has_content(bytes(body))):
+                self.first = stamp
+        if not message.get("more_body", False):
+            self.last = stamp
+
+    def ttft(self) -> float | None:
+        """Arrival to the first content byte of a successful stream (None: not a stream, failed or no content)."""
+        if not self.streaming or self.first == 0.0 or not 0 < self.status < 400:
+            return None
+        return self.first - self.arrival
+
+    def e2e(self) -> float | None:
+        """Arrival to the last byte of a successful response (None: failed or did not finish)."""
+        if self.last == 0.0 or not 0 < self.status < 400:
+            return None
+        return self.last - self.arrival
+
+
+FRONTEND_REQUEST_VAR: contextvars.ContextVar[FrontendRequest | None] = contextvars.ContextVar(
+    "slokit_frontend_request", default=None
+)
+
+
+def sse_has_content(body: bytes) -> bool:
+    """Whether a piece of an OpenAI-style event stream carries generated content (not only a role or usage).
+
+    vLLM's chat stream opens with a role-only chunk (`"delta": {"role": "assistant", "content": ""}`); counting it
+    as the first token is the classic early-TTFT bug, so the frontend counts what the probe counts: text, content,
+    reasoning or tool calls. Only the first pieces of each response are parsed (until one has content).
+    """
+    for line in body.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return True  # not JSON: bytes the client sees all the same
+        choices = obj.get("choices") if isinstance(obj, dict) else None
+        if not isinstance(choices, list):
+            if isinstance(obj, dict) and "error" in obj:
+                continue
+            return True
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if choice.get("text"):
+                return True
+            delta = choice.get("delta")
+            if isinstance(delta, dict) and (
+                delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                or delta.get("tool_calls")
+            ):  # fmt: skip
+                return True
+    return False
 
 
 @contextlib.contextmanager

@@ -43,8 +43,10 @@ from slokit import schema
 from slokit.exporters.classes import (
     CLASS_HEADER_VAR,
     DRILL_ENV,
+    FRONTEND_REQUEST_VAR,
     ClassMap,
     FastHistogram,
+    FrontendRequest,
     MetricStore,
     MultiprocessMirror,
     header_from_scope,
@@ -60,7 +62,7 @@ __all__ = ["SlokitStatLogger"]
 
 _log = logging.getLogger("slokit.exporter")
 M: Final = schema.SLOKIT_METRICS
-ERROR_STAGES: Final = ("record", "finished", "track", "hook", "collect")
+ERROR_STAGES: Final = ("record", "finished", "track", "hook", "collect", "frontend")
 SWEEP_INTERVAL_S: Final = 2.0  # how often requests that vanished without finishing (aborts) are dropped
 FLUSH_INTERVAL_S: Final = 1.0  # several API servers: how often values are copied to the multiprocess files
 
@@ -188,6 +190,7 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         self.classes = ClassMap.from_spec(spec, env.get(DRILL_ENV) or None)
         max_model_len = int(getattr(vllm_config.model_config, "max_model_len", 0) or 8192)
         self._build_metrics(spec, max_model_len)
+        self.frontend = _Frontend(self, plan_buckets(spec))
         self._pending: dict[str, _Tracked] = {}  # internal id -> admitted, no first token yet (arrival order)
         self._by_external: dict[str, list[_Tracked]] = {}
         self._next_sweep = 0.0
@@ -516,6 +519,9 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             drill = self.classes.is_drill(header)
             tracked = _Tracked(cls, state.stats, internal_id, external_id, prompt_tokens, drill, processor)
             self._pending[internal_id] = tracked
+            frontend = FRONTEND_REQUEST_VAR.get()
+            if frontend is not None:
+                frontend.cls = cls
             self._by_external.setdefault(external_id, []).append(tracked)
             self._class_waiting[cls][0] += 1
         except Exception:
@@ -529,10 +535,88 @@ class SlokitStatLogger(AggregateStatLoggerBase):
 
 
 # ==============================================================================================================
+# The frontend: latency as the API server's ASGI layer sees it (separate from the engine-side observations)
+# ==============================================================================================================
+class _Frontend:
+    """Per-class TTFT and E2E histograms measured at the API server's ASGI layer (labels model, class).
+
+    Engine-side TTFT starts when the engine receives the request; these start when the HTTP request enters the
+    app, so an API server starved for CPU (or a slow middleware) shows here and not there. The gap between the two
+    is the dashboards' and runbook's "API server saturation" step.
+    """
+
+    __slots__ = ("e2e", "ttft")
+
+    def __init__(self, logger: SlokitStatLogger, buckets: dict[Sli, tuple[float, ...]]) -> None:
+        labels = (M.model_label, "class")
+        store = logger.store
+        ttft = store.histogram(
+            M.frontend_latency[Sli.TTFT],
+            "Time from the HTTP request's arrival at the API server to the first streamed content byte, per class.",
+            labels, buckets[Sli.TTFT],
+        )  # fmt: skip
+        e2e = store.histogram(
+            M.frontend_latency[Sli.E2E],
+            "Time from the HTTP request's arrival at the API server to the response's last byte, per class.",
+            labels, buckets[Sli.E2E],
+        )  # fmt: skip
+        names = logger.classes.names
+        self.ttft = [ttft.child(logger.model, c) for c in names]
+        self.e2e = [e2e.child(logger.model, c) for c in names]
+
+    def observe(self, request: FrontendRequest) -> None:
+        """One finished HTTP request the engine admitted (`request.cls` set by `track`)."""
+        cls = request.cls
+        if cls is None:
+            return
+        ttft = request.ttft()
+        if ttft is not None:
+            self.ttft[cls].observe(ttft)
+        e2e = request.e2e()
+        if e2e is not None:
+            self.e2e[cls].observe(e2e)
+
+
+async def _timed_app(original: Any, app: Any, scope: Any, receive: Any, send: Any) -> None:
+    """Run vLLM's app for one HTTP request, stamping its arrival, first content byte and last byte."""
+    arrival = scope.get(_ARRIVAL_KEY)
+    request = FrontendRequest(arrival if isinstance(arrival, float) else perf_counter())
+    token = FRONTEND_REQUEST_VAR.set(request)
+
+    async def timed_send(message: Any) -> None:
+        await send(message)  # stamp after the server took the bytes: as close to the client as the app gets
+        try:
+            kind = message.get("type")
+            if kind == "http.response.body":
+                request.on_body(message, perf_counter())
+            elif kind == "http.response.start":
+                request.on_start(message)
+        except Exception:
+            active = _ACTIVE
+            if active is not None:
+                active.count_error("frontend")
+
+    try:
+        await original(app, scope, receive, timed_send)
+    finally:
+        FRONTEND_REQUEST_VAR.reset(token)
+        active = _ACTIVE
+        if active is not None and request.cls is not None:
+            try:
+                active.frontend.observe(request)
+            except Exception:
+                active.count_error("frontend")
+
+
+# ==============================================================================================================
 # Hooks (installed once per process, report to the newest logger)
 # ==============================================================================================================
+_ARRIVAL_KEY: Final = "slokit.arrival"  # ASGI scope key: perf_counter() when uvicorn began parsing the request
+
+
 def _install_hooks(logger: SlokitStatLogger) -> dict[str, bool]:
-    for name, install in (("add_request", _hook_add_request), ("asgi", _hook_asgi)):
+    hooks = (("add_request", _hook_add_request), ("asgi", _hook_asgi), ("arrival", _hook_uvicorn_arrival))
+    for name, install in hooks:
         if name in _HOOKS:
             continue
         try:
@@ -584,9 +668,33 @@ def _hook_asgi() -> None:
                 active.count_error("track")
         token = CLASS_HEADER_VAR.set(header)
         try:
-            await original(self, scope, receive, send)
+            await _timed_app(original, self, scope, receive, send)
         finally:
             CLASS_HEADER_VAR.reset(token)
 
     __call__.__slokit_hook__ = True  # type: ignore[attr-defined]
     FastAPI.__call__ = __call__  # type: ignore[method-assign]
+
+
+def _hook_uvicorn_arrival() -> None:
+    """Stamp a request's arrival when uvicorn starts parsing it, not when the app is called.
+
+    An API server starved for CPU runs the app task late: the time between the request's bytes being parsed and
+    the app starting is part of what users wait for. uvicorn's httptools protocol (vLLM's default) builds the
+    ASGI scope in `on_message_begin`; the stamp rides in the scope. Without it (the h11 protocol, a future
+    uvicorn), the frontend clock starts at the app's entry.
+    """
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    original = HttpToolsProtocol.on_message_begin
+    if getattr(original, "__slokit_hook__", False):
+        return
+
+    @functools.wraps(original)
+    def on_message_begin(self: Any) -> None:
+        stamp = perf_counter()
+        original(self)
+        self.scope[_ARRIVAL_KEY] = stamp
+
+    on_message_begin.__slokit_hook__ = True  # type: ignore[attr-defined]
+    HttpToolsProtocol.on_message_begin = on_message_begin  # type: ignore[method-assign]

@@ -578,7 +578,7 @@ def absent_metric(spec: Spec, model: str) -> tuple[str, Sli]:
     for rc in spec.classes:
         if model in rc.models and rc.slos:
             sli = next(iter(rc.slos))
-            return spec.metrics.latency[sli] + "_count", sli
+            return spec.latency_metric(sli, rc) + "_count", sli
     return spec.metrics.latency[Sli.TTFT] + "_count", Sli.TTFT
 
 

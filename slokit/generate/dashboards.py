@@ -855,6 +855,64 @@ def _latency(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef
 # ==============================================================================================================
 # Debugging, in runbook order
 # ==============================================================================================================
+def has_frontend(spec: Spec) -> bool:
+    """Whether the source has frontend histograms (slokit's exporter), so the API-server step applies."""
+    return bool(spec.metrics.frontend_latency)
+
+
+def _api_server_rows(spec: Spec, board: _Board, q: _Q) -> None:
+    """Step 0, before the engine queue: does the API server hold requests before the engine sees them?
+
+    The frontend's TTFT starts when the HTTP request enters vLLM's app, the engine's when the engine receives it;
+    the gap between the two is time spent in the API server (HTTP, tokenisation, a CPU-starved event loop).
+    """
+    if not has_frontend(spec):
+        return
+    m = spec.metrics
+    group = ", ".join(label for label in q.by_labels if label != m.engine_label)
+    frontend = _rate(m.frontend_latency[Sli.TTFT] + "_bucket", q.raw(with_engine=False))
+    engine = _rate(m.latency[Sli.TTFT] + "_bucket", q.raw())
+    legend = _legend(*group.split(", "))
+    board.row("0. API server saturation: does the API server hold requests before the engine sees them?")
+    board.add(
+        _timeseries(
+            "TTFT p95: frontend vs engine",
+            "p95 time to first token measured at the API server's ASGI layer (arrival of the HTTP request to the "
+            "first streamed content byte) and inside the engine (engine arrival to first token). Both are "
+            "interpolated from histogram buckets. Close together: the API server adds nothing; go to step 1.",
+            [(_quantile(0.95, frontend, group), f"frontend {legend}"), (_quantile(0.95, engine, group),
+              f"engine {legend}")],
+            "s",
+            minimum=0,
+        ),
+        12,
+        8,
+        key=("frontend",),
+    )  # fmt: skip
+    board.add(
+        _timeseries(
+            "API server gap (frontend - engine TTFT, mean)",
+            "Mean seconds between a request reaching the API server and reaching the engine's first token clock, "
+            "per model and class (frontend mean TTFT minus engine mean TTFT). Growing while the engine's own TTFT "
+            "is flat: the API server is saturated (CPU-starved event loop, tokenisation, a slow middleware); give "
+            "it CPU or more API-server processes (--api-server-count), not more engines.",
+            [
+                (
+                    f"sum by ({group}) ({_rate(m.frontend_latency[Sli.TTFT] + '_sum', q.raw(with_engine=False))}) / "
+                    f"sum by ({group}) ({_rate(m.frontend_latency[Sli.TTFT] + '_count', q.raw(with_engine=False))})"
+                    f" - sum by ({group}) ({_rate(m.latency[Sli.TTFT] + '_sum', q.raw())}) / "
+                    f"sum by ({group}) ({_rate(m.latency[Sli.TTFT] + '_count', q.raw())})",
+                    f"gap {legend}",
+                )
+            ],
+            "s",
+        ),
+        12,
+        8,
+        key=("frontend_gap",),
+    )
+
+
 def _debugging(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
     name = "debugging"
     board = _Board(name, dashboard_uid(spec, name), f"{spec.service} · Debugging")
@@ -862,6 +920,8 @@ def _debugging(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelR
     m = spec.metrics
     model, engine = m.model_label, m.engine_label
     by_engine = ", ".join([model, *spec.alerting.replica_labels, engine])
+
+    _api_server_rows(spec, board, q)
 
     # 1. Queue depth ------------------------------------------------------------------------------------------
     board.row("1. Queue depth: more concurrent requests than the engine can run?")

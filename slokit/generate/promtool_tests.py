@@ -171,8 +171,10 @@ def _histogram_inputs(
     `values(per_minute, minutes)` writes each series' promtool values (default: a steady counter from zero)."""
     series_values = values or _series_values
     bounds = spec.buckets(sli)
-    name = spec.metrics.latency[sli]
+    name = spec.latency_metric(sli, rc)
     base = _raw_labels(spec, model, rc)
+    if name != spec.metrics.latency[sli]:
+        del base[spec.metrics.engine_label]  # frontend histograms carry no engine label (as the exporter writes them)
     if scenario is None:
         per_bucket = [0.0] * (len(bounds) + 1)
     else:

@@ -186,7 +186,7 @@ def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
             group = [schema.RULE_LABEL_MODEL, *q.replica_labels, schema.RULE_LABEL_ENGINE, "le"]
             if spec.metrics.class_label is not None:
                 group.insert(1, schema.RULE_LABEL_CLASS)
-            for raw in _raws(spec, spec.metrics.latency[sli] + "_bucket", rc.models, rc):
+            for raw in _raws(spec, spec.latency_metric(sli, rc) + "_bucket", rc.models, rc):
                 terms.append(_with_class(spec, rc, _aggregate(spec, "sum", f"rate({raw}[5m])", group)))
         if terms:
             labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_SLO: sli.value}
@@ -260,7 +260,7 @@ def _base_window_rules(spec: Spec) -> list[RecordingRule]:
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        metric = spec.metrics.latency[sli] + "_bucket"
+        metric = spec.latency_metric(sli, rc) + "_bucket"
         for out, matcher in ((totals, INF_MATCHER), (goods, le_matcher(objective.threshold))):
             for raw in _raws(spec, metric, rc.models, rc, [matcher]):
                 out.append(_with_slo(sli, _with_class(spec, rc, _aggregate(spec, "sum", tile_delta(raw), group))))
@@ -294,7 +294,7 @@ def _raw_window(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> Rec
         assert objective is not None
         matcher = INF_MATCHER if name is schema.record_sli_total else le_matcher(objective.threshold)
         window = prom_duration(plan.window)
-        for raw in _raws(spec, spec.metrics.latency[sli] + "_bucket", rc.models, rc, [matcher]):
+        for raw in _raws(spec, spec.latency_metric(sli, rc) + "_bucket", rc.models, rc, [matcher]):
             increase = _aggregate(spec, "sum", f"increase({raw}[{window}])", group)
             terms.append(_with_slo(sli, _with_class(spec, rc, increase)))
     return RecordingRule(name(w(plan.window)), _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})

@@ -258,7 +258,9 @@ class _Builder:
         model = models[0] if len(models) == 1 else None
         name = model.name if model is not None else None
         rc = rule.request_class
+        first = (self.api_server_step(name, rc),) if dashboards.has_frontend(self.spec) else ()
         return (
+            *first,
             self.queue_step(models, name, rc),
             self.decode_step(models, name, rc),
             self.kv_step(name),
@@ -279,6 +281,49 @@ class _Builder:
         if request_class is not None:
             out["class"] = request_class
         return out
+
+    def api_server_step(self, model: str | None, rc: str | None) -> Step:
+        """Step 0: the API server holds requests before the engine sees them (the frontend/engine TTFT gap)."""
+        m = self.m
+        sel_f = self.raw(model, rc)
+        group = ", ".join(x for x in (m.model_label, m.class_label) if x)
+        frontend, engine = m.frontend_latency[Sli.TTFT], m.latency[Sli.TTFT]
+        queries = (
+            Query(
+                "TTFT p95 at the API server (HTTP arrival to first content byte)",
+                f"histogram_quantile(0.95, sum by (le, {group}) (rate({frontend}_bucket{{{sel_f}}}[{RATE_WINDOW}])))",
+            ),
+            Query(
+                "TTFT p95 inside the engine",
+                f"histogram_quantile(0.95, sum by (le, {group}) (rate({engine}_bucket{{{sel_f}}}[{RATE_WINDOW}])))",
+            ),
+            Query(
+                "Mean seconds the API server adds (frontend minus engine mean TTFT)",
+                f"sum by ({group}) (rate({frontend}_sum{{{sel_f}}}[{RATE_WINDOW}])) / sum by ({group}) "
+                f"(rate({frontend}_count{{{sel_f}}}[{RATE_WINDOW}]))\n- sum by ({group}) "
+                f"(rate({engine}_sum{{{sel_f}}}[{RATE_WINDOW}])) / sum by ({group}) "
+                f"(rate({engine}_count{{{sel_f}}}[{RATE_WINDOW}]))",
+            ),
+        )
+        healthy = (
+            "The two p95s are close (the frontend adds HTTP and tokenisation: milliseconds) and the gap is flat.",
+        )
+        fix = (
+            "Frontend TTFT high while the engine's is low: the API server is saturated before the engine sees the "
+            "request (a CPU-starved event loop, slow tokenisation of long prompts, a slow middleware). Give the "
+            "API server CPU (requests and limits of the pod), run more API-server processes (--api-server-count), "
+            "and check the node's CPU throttling. Adding engines does not help.",
+            "Both high together: the engine is the cause; go on to step 1.",
+        )
+        return Step(
+            0,
+            "API server saturation",
+            "Does the API server hold requests before the engine sees them?",
+            queries,
+            healthy,
+            fix,
+            self._panel(("frontend",), self._vars(model, rc)),
+        )
 
     def queue_step(self, models: Sequence[Model], model: str | None, rc: str | None) -> Step:
         m = self.m
@@ -834,6 +879,7 @@ def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
     text: str = template.render(
         spec=spec,
         source_is_vllm=spec.source is Source.VLLM,
+        has_frontend=dashboards.has_frontend(spec),
         sections=sections,
         tuning=builder.tuning(),
         dashboards=board_links,

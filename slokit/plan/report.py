@@ -103,6 +103,9 @@ def render_text(plan: Plan) -> str:
             )
         else:
             rows.append(("sizing", "no engine meets the SLO, so no number of them does"))
+    else:
+        # Without a peak the planner sizes one engine only; say what would give the replica and GPU count.
+        rows.append(("sizing", "one engine; pass --concurrency N (peak concurrent sequences) for engines and GPUs"))
     other = plan.fp8_kv
     if other is not None and other.fits:
         sized = f", {_engines(other.engines)}" if other.engines is not None else ""

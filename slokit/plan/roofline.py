@@ -459,6 +459,8 @@ class Plan:
                 "engines": self.engines,
                 "gpus": self.gpus,
                 "capacity_sequences": None if self.engines is None else self.engines * self.max_batch,
+                # What a count needs: without a peak (--concurrency) engines and gpus are null, and this says why.
+                "needs": None if self.inputs.concurrency is not None else "--concurrency",
             },
             "notes": list(self.notes),
         }
