@@ -70,7 +70,7 @@ def main() -> int:
         args.models, args.days = 2, 0.25
     spec = load_spec_text(spec_text(args.models), "bench.yaml")
     bounds = schema.VLLM_TTFT_BUCKETS
-    name = schema.SLOKIT_METRICS.latency[schema.Sli.TTFT]
+    name = spec.latency_metric(schema.Sli.TTFT, spec.classes[0])  # the histogram the generated rules read
     end = int(time.time()) // 3600 * 3600 - 3600
     start = end - int(args.days * 86400)
     work = Path(tempfile.mkdtemp(prefix="slokit-bench-"))

@@ -73,7 +73,7 @@ def _histogram(spec: Spec, sli: Sli, phases: Sequence[Phase]) -> list[dict[str, 
                 running += value
                 row.append(running)
             samples.append(row)
-    name = spec.metrics.latency[sli]
+    name = spec.latency_metric(sli, spec.classes[0])  # the frontend's or the engine's, as the SLO reads it
     base = {spec.metrics.model_label: MODEL, "class": CLASS, "engine": "0"}
     out = []
     for i, bound in enumerate([*bounds, math.inf]):

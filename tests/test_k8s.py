@@ -516,7 +516,8 @@ def test_the_autoscalers_read_what_the_generated_rules_record_from_raw_histogram
     # Chat's objective is p95 within 500 ms (5% may be slower); the scale-out boundary is 0.8 x 500 = 400 ms. Of
     # 1000 requests a minute, 943 take 200 ms and 57 take 450 ms: 5.7% above the boundary, 0.8 x 5.7% / 5% = 0.912,
     # just under 1 and above the 0.8 target: both autoscalers would add replicas.
-    bucket = spec.metrics.latency[schema.Sli.TTFT] + "_bucket"
+    chat = next(rc for rc in spec.classes if rc.name == "chat")
+    bucket = spec.latency_metric(schema.Sli.TTFT, chat) + "_bucket"
     series = []
     for le in [*(format_le(b) for b in spec.buckets(schema.Sli.TTFT)), "+Inf"]:
         bound = float("inf") if le == "+Inf" else float(le)

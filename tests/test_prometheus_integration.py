@@ -187,11 +187,12 @@ class _Exporter(BaseHTTPRequestHandler):
     bounds: tuple[float, ...]
     at_end: list[int]
     slope: list[float]
+    metric: str  # the histogram the SLO reads
 
     def do_GET(self) -> None:
         now = time.time()
         values = [c + s * (now - self.traffic.end) for c, s in zip(self.at_end, self.slope, strict=True)]
-        name = schema.SLOKIT_METRICS.latency[schema.Sli.TTFT]
+        name = self.metric
         lab = ",".join(f'{k}="{v}"' for k, v in LABELS.items())  # Prometheus adds instance (the target)
         lines = [f"# TYPE {name} histogram"]
         for bound, value in zip([*self.bounds, math.inf], values, strict=True):
@@ -241,7 +242,7 @@ def _backfill_and_check(
     series = {r: traffic.samples(bounds, r) for r in ("a", "b")}
 
     # -- raw history, backfilled.
-    name = spec.metrics.latency[schema.Sli.TTFT]
+    name = spec.latency_metric(schema.Sli.TTFT, spec.classes[0])
     finished = spec.metrics.requests_finished
     writer = OpenMetricsWriter()
     writer.family(name, "histogram")
@@ -341,6 +342,7 @@ def test_recorded_values_match_python_on_real_prometheus(
 
     # -- live: the exporter continues replica a's counters; Prometheus scrapes it and runs the rules itself.
     handler.traffic, handler.at_end, handler.slope = traffic, series["a"][end], traffic.per_second(bounds)
+    handler.metric = spec.latency_metric(schema.Sli.TTFT, spec.classes[0])
     server.stop()
     server.static_targets = {JOB: [f"127.0.0.1:{port}"]}
     server.scrape_interval = "1s"

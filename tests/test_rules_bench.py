@@ -22,5 +22,8 @@ def test_rule_cost_smoke(prometheus_path: str) -> None:
     match = re.search(r"naive/slokit = ([\d,.]+)x, sloth/slokit = ([\d,.]+)x", done.stdout)
     assert match, done.stdout
     naive, sloth = (float(g.replace(",", "")) for g in match.groups())
-    assert naive >= 10
+    # Samples touched are counted, not timed. The smoke's 6h history caps the naive 1d-28d reads at 6h, so its
+    # ratio (7.2x) is far below the full run's (46x over 3 days, docs/rules.md); 5x still fails rules that read raw
+    # series for long windows.
+    assert naive >= 5
     assert sloth >= 1
