@@ -27,6 +27,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
 import re
 import ssl
 import threading
@@ -333,7 +334,7 @@ class BasicAuth:
 
     def __init__(self, users: dict[str, bytes]) -> None:
         self._users = users
-        self._key = hashlib.sha256(b"".join(sorted(users.values())) + bytes(16)).digest()
+        self._key = os.urandom(32)  # per process: the cache keys mean nothing outside it
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
 
