@@ -322,6 +322,7 @@ GPU_METRIC_SUPPORTED: Final = "slokit_gpu_metric_supported"  # labels UUID, metr
 GPU_NVML_ERRORS: Final = "slokit_gpu_nvml_errors_total"  # labels op, error
 GPU_COLLECT_DURATION: Final = "slokit_gpu_collect_duration_seconds"
 GPU_LAST_COLLECT: Final = "slokit_gpu_last_collect_timestamp_seconds"
+GPU_SNAPSHOT_AGE: Final = "slokit_gpu_snapshot_age_seconds"  # age of the poll a scrape serves (never waits on NVML)
 GPU_EXPORTER_PORT: Final = 9835  # default port of `slokit exporter gpu`
 
 

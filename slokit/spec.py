@@ -34,6 +34,7 @@ SPEC_VERSION: Final = "slokit/v1"
 PERCENTILES: Final = MappingProxyType({"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p99.9": 0.999})
 TIER_NAMES: Final = ("target", "acceptable", "critical")
 NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
+SECRET_NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # also a certificate DNS name
 HEADER_VALUE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 RUNBOOK_PLACEHOLDERS: Final = frozenset({"service", "alert"})
 LABEL_NAME_RE: Final = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -337,6 +338,26 @@ class VllmSettings:
 
 
 @dataclass(frozen=True)
+class GpuExporterSettings:
+    """How the generated GPU sidecar is protected and scraped (`gpu_exporter:`; empty: plain HTTP, no auth).
+
+    `web_config_secret` names a Secret holding `web-config.yml` (exporter-toolkit format) and the files it names,
+    with the CA that signed the sidecar's certificate under `ca.crt`; Prometheus reads that CA from the same Secret.
+    """
+
+    web_config_secret: str | None = None
+    scheme: str = "https"  # how Prometheus scrapes when web_config_secret is set
+    server_name: str = "slokit-gpu-exporter"  # the DNS name in the sidecar's certificate
+    client_cert_secret: str | None = None  # kubernetes.io/tls Secret (tls.crt, tls.key) Prometheus presents
+    basic_auth_secret: str | None = None  # Secret with keys `username` and `password` Prometheus sends
+
+    @property
+    def tls(self) -> bool:
+        """Whether the sidecar serves HTTPS."""
+        return self.web_config_secret is not None and self.scheme == "https"
+
+
+@dataclass(frozen=True)
 class Spec:
     """A validated spec. Immutable; generators and exporters read it and nothing writes it."""
 
@@ -351,6 +372,7 @@ class Spec:
     classes: tuple[RequestClass, ...]
     alerting: Alerting
     selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # top-level `selector:`
+    gpu_exporter: GpuExporterSettings = GpuExporterSettings()
     path: str = ""
     digest: str = field(default="", compare=False)
     text: str = field(default="", compare=False, repr=False)  # the spec as written (for the generated ConfigMap)
@@ -541,7 +563,7 @@ class _Checker:
             root,
             (),
             ("version", "service", "description", "source", "window", "demo", "vllm", "selector", "models",
-             "classes", "alerting"),
+             "classes", "alerting", "gpu_exporter"),
             ("version", "service", "models", "classes"),
         )  # fmt: skip
         if not top and not isinstance(root, dict):
@@ -561,6 +583,7 @@ class _Checker:
         model_names = tuple(dict.fromkeys(m.name for m in models))
         classes = self._classes(top.get("classes"), ("classes",), model_names) if "classes" in top else ()
         alerting = self._alerting(top.get("alerting", {}), ("alerting",))
+        gpu_exporter = self._gpu_exporter(top.get("gpu_exporter", {}), ("gpu_exporter",))
         self._cross_checks(source, window, vllm, classes, alerting, top)
         if self.issues or service is None:
             return None
@@ -576,6 +599,7 @@ class _Checker:
             classes=classes,
             alerting=alerting,
             selector=MappingProxyType(selector),
+            gpu_exporter=gpu_exporter,
             path=self.file,
         )
 
@@ -885,6 +909,28 @@ class _Checker:
         return Tiers(*(MappingProxyType(parsed[tier]) for tier in TIER_NAMES))
 
     # -- alerting ---------------------------------------------------------------------------------------------
+    def _gpu_exporter(self, value: Any, path: Path) -> GpuExporterSettings:
+        keys = ("web_config_secret", "scheme", "server_name", "client_cert_secret", "basic_auth_secret")
+        data = self.mapping(value, path, keys)
+        read: dict[str, str] = {}
+        for key in keys:
+            if key not in data:
+                continue
+            text = self.string(
+                data[key], (*path, key), SECRET_NAME_RE, "Kubernetes name (RFC 1123: a-z, 0-9, '-', '.')"
+            )
+            if text is not None:
+                read[key] = text
+        scheme = read.pop("scheme", "https")
+        if scheme not in ("https", "http"):
+            self.error((*path, "scheme"), f"{scheme!r} is not a scheme; use https (default) or http")
+            scheme = "https"
+        if data and "web_config_secret" not in data:
+            self.error(path, "missing required key 'web_config_secret': the Secret holding web-config.yml")
+        if "client_cert_secret" in read and scheme != "https":
+            self.error((*path, "client_cert_secret"), "a client certificate needs scheme: https")
+        return GpuExporterSettings(scheme=scheme, **read)
+
     def _alerting(self, value: Any, path: Path) -> Alerting:
         data = self.mapping(
             value,

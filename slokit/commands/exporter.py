@@ -45,7 +45,13 @@ def _parse_gpus(text: str | None) -> tuple[str, ...]:
 
 @exporter_app.command("gpu")
 def gpu(
-    address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    address: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on. Loopback by default; in a pod pass the pod IP (the generated Deployment "
+            "passes --address=$(POD_IP) so Prometheus and the kubelet reach it, and nothing else on the node does)."
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port for /metrics and /healthz.")] = (
         schema.GPU_EXPORTER_PORT
     ),
@@ -63,6 +69,15 @@ def gpu(
             "changes; the generated pod spec has the vLLM container write it. Nothing is polled until it exists."
         ),
     ] = None,
+    web_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--web.config.file",
+            help="TLS and basic auth: a web-config file in the Prometheus exporter-toolkit format "
+            "(tls_server_config, basic_auth_users with bcrypt hashes, http_server_config.headers). Checked at start: "
+            "a bad certificate, key or hash exits 2. /healthz stays without basic auth for the kubelet.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve NVML metrics of the GPUs beside vLLM on /metrics and /healthz.
@@ -74,6 +89,9 @@ def gpu(
     without a driver every scrape answers slokit_gpu_up 0. SIGTERM stops it
     cleanly (exit 0). Metrics and deployment: docs/gpu-exporter.md.
 
+    Limits: request line 8 KiB, headers 16 KiB, no request body, 10 s for a
+    client to handshake, send or read, 32 connections at once.
+
     Examples:
 
       slokit exporter gpu
@@ -81,6 +99,8 @@ def gpu(
       slokit exporter gpu --gpus GPU-8e2f...,GPU-1c0a...
 
       slokit exporter gpu --gpus-file /var/run/slokit/gpus
+
+      slokit exporter gpu --address 0.0.0.0 --web.config.file /etc/slokit/web/web-config.yml
     """
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
@@ -102,16 +122,26 @@ def gpu(
     if wanted and gpus_file is not None:
         typer.echo("--gpus and --gpus-file choose GPUs two ways; pass one of them", err=True)
         raise typer.Exit(EXIT_USAGE)
+    from slokit.exporters.webconfig import WebConfig, WebConfigError, load_web_config
+
+    web_config = WebConfig()
+    if web_config_file is not None:
+        try:
+            web_config = load_web_config(web_config_file)
+        except WebConfigError as error:
+            typer.echo(f"--web.config.file: {error}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     poller = GpuPoller(interval=seconds, uuids=wanted, uuids_file=gpus_file)
     try:
-        server = GpuServer(poller, address, port)
+        server = GpuServer(poller, address, port, web_config)
     except OSError as error:
         typer.echo(f"cannot listen on {address}:{port}: {error.strerror}; pick another --port or --address", err=True)
         raise typer.Exit(EXIT_FAILED) from None
 
     def ready() -> None:
-        logging.getLogger("slokit.gpu").info("serving http://%s:%d/metrics", address, server.port)
+        auth = ", basic auth" if web_config.users else ""
+        logging.getLogger("slokit.gpu").info("serving %s://%s:%d/metrics%s", server.scheme, address, server.port, auth)
 
     serve_until_signalled(poller, server, on_ready=ready)
 

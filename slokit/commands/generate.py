@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,10 @@ def generate(
     check: Annotated[
         bool, typer.Option("--check", help="Write nothing; exit 1 if any file would change (for CI).")
     ] = False,
+    no_promtool: Annotated[
+        bool,
+        typer.Option("--no-promtool", help="Do not check the new rule files with `promtool check rules` first."),
+    ] = False,
 ) -> None:
     """Write the rules, alerts, promtool tests, dashboards, runbook and Kubernetes objects of specs.
 
@@ -32,10 +37,15 @@ def generate(
 
     exporters/: PrometheusRule, vLLM + GPU sidecar Deployment, ConfigMap, PodMonitor, HPA, KEDA ScaledObject.
 
+    Files are replaced all at once: each new file is written beside its target under a temporary name, the rule
+    files are checked with `promtool check rules` (when promtool is on PATH; --no-promtool skips it), and only then
+    are they renamed over the old ones. A failure or a kill before that leaves the previous files as they were; a
+    kill during the renames is completed by the next run.
+
     Example: slokit generate examples/*.yaml -o . --check
     """
     from slokit.generate import GenerateError, generate_all  # grafanalib and jinja2 load only for this command
-    from slokit.generate.writer import write_files
+    from slokit.generate.writer import WriteError, write_files
 
     loaded = load_specs_or_exit(specs)
     try:
@@ -43,7 +53,14 @@ def generate(
     except GenerateError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_USAGE) from None
-    report = write_files(files, output, check=check)
+    try:
+        report = write_files(files, output, check=check, verify=None if no_promtool else _promtool_verify)
+    except WriteError as error:
+        typer.echo(f"nothing written: {error}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
+    except OSError as error:
+        typer.echo(f"nothing written: cannot write under {output}: {error.strerror or error}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     if check:
         if report.changed:
             for relative in report.written:
@@ -60,6 +77,29 @@ def generate(
         typer.echo(f"wrote     {output / relative}")
     for relative in report.unchanged:
         typer.echo(f"unchanged {output / relative}")
+
+
+def _promtool_verify(staged: Mapping[str, Path]) -> None:
+    """`promtool check rules` on the staged rule files; raises WriteError with promtool's words if it refuses."""
+    from slokit.generate.writer import WriteError
+    from slokit.local.prometheus import PROMTOOL_BINARY, check_rule_files, find_binary
+
+    rule_files = [path for relative, path in sorted(staged.items()) if relative.endswith(RULE_SUFFIX)]
+    if not rule_files:
+        return
+    if find_binary(PROMTOOL_BINARY) is None:
+        typer.echo("promtool is not on PATH: rule files written without `promtool check rules`", err=True)
+        return
+    result = check_rule_files(rule_files)
+    if not result.ok:
+        names = {str(path): relative for relative, path in staged.items()}
+        output = result.output
+        for staged_path, relative in names.items():
+            output = output.replace(staged_path, relative)
+        raise WriteError(f"promtool check rules refused the new rule files:\n{output.strip()}")
+
+
+RULE_SUFFIX = ".rules.yaml"
 
 
 def register(app: typer.Typer) -> None:

@@ -7,19 +7,25 @@ waits on NVML, so `/metrics` answers even while the driver is wedged, lost or ab
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from slokit import __version__
+from slokit import schema as S
 from slokit.exporters.nvml import GpuCollector, GpuPoller
+from slokit.exporters.webconfig import BasicAuth, WebConfig, client_sans
 
 log = logging.getLogger("slokit.gpu")
 
@@ -32,18 +38,97 @@ LANDING: Final = """<!doctype html>
 """
 
 
-class GpuServer:
-    """An HTTP server bound to `address:port` that serves one poller's snapshot.
+# Safer defaults for an endpoint that sits on a pod IP in a shared cluster. A scrape is one small GET, so anything
+# much larger or slower is a broken or hostile client and gets a status (or a closed socket) instead of a thread.
+MAX_REQUEST_LINE: Final = 8192  # bytes; longer: 414
+MAX_HEADER_BYTES: Final = 16384  # all header lines together; larger: 431 (the standard library also caps 100 lines)
+CLIENT_TIMEOUT: Final = 10.0  # seconds a client may take to finish the TLS handshake, send its request or read
+MAX_CONNECTIONS: Final = 32  # concurrent connections; more are closed at once (Prometheus uses one per target)
 
-    Binding happens in the constructor, so a port in use fails before any thread starts.
+
+class _SnapshotAge(Collector):
+    """`slokit_gpu_snapshot_age_seconds`: how old the served poll is, so a wedged poll shows on a graph."""
+
+    def __init__(self, poller: GpuPoller) -> None:
+        self._poller = poller
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            S.GPU_SNAPSHOT_AGE,
+            "Seconds since the NVML poll this scrape serves finished; /metrics never waits for NVML.",
+            value=self._poller.age(),
+        )
+
+
+class _Httpd(ThreadingHTTPServer):
+    """ThreadingHTTPServer with a bounded number of connections and TLS negotiated on the connection's thread.
+
+    The TLS handshake runs in the handler thread under the client timeout, so a client that connects and says
+    nothing holds one of MAX_CONNECTIONS slots for at most CLIENT_TIMEOUT seconds and never the accept loop.
     """
 
-    def __init__(self, poller: GpuPoller, address: str = "0.0.0.0", port: int = 9835) -> None:
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], ctx: ssl.SSLContext | None):
+        self.ssl_context = ctx
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.warning("refusing %s: %d connections already open", client_address[0], MAX_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.ssl_context is not None:
+            request.settimeout(CLIENT_TIMEOUT)
+            try:
+                request = self.ssl_context.wrap_socket(request, server_side=True)
+            except (OSError, ValueError) as error:  # plain HTTP on the TLS port, a bad client cert, a timeout
+                log.debug("TLS handshake with %s failed: %s", client_address[0], error)
+                request.close()
+                return
+        super().finish_request(request, client_address)
+
+
+class GpuServer:
+    """An HTTP(S) server bound to `address:port` that serves one poller's snapshot.
+
+    Binding happens in the constructor, so a port in use fails before any thread starts. With a web-config, TLS
+    and basic auth apply to every path except `/healthz`, which the kubelet probes without credentials and which
+    tells nothing beyond "the poll loop is alive".
+    """
+
+    def __init__(
+        self,
+        poller: GpuPoller,
+        address: str = "0.0.0.0",
+        port: int = 9835,
+        web_config: WebConfig | None = None,
+    ) -> None:
         self.poller = poller
+        self.web_config = web_config if web_config is not None else WebConfig()
+        self.auth = BasicAuth(self.web_config.users)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(GpuCollector(poller))
-        self._httpd = ThreadingHTTPServer((address, port), self._handler())
-        self._httpd.daemon_threads = True
+        self.registry.register(_SnapshotAge(poller))
+        self._httpd = _Httpd((address, port), self._handler(), self.web_config.ssl_context())
         self._thread: threading.Thread | None = None
 
     @property
@@ -52,14 +137,43 @@ class GpuServer:
         port: int = self._httpd.server_address[1]
         return port
 
+    @property
+    def scheme(self) -> str:
+        """`https` with a TLS web-config, else `http`."""
+        return "https" if self.web_config.tls is not None else "http"
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             server_version = f"slokit-gpu/{__version__}"
+            timeout = CLIENT_TIMEOUT  # applied to the socket in setup(): slow clients are cut off
+            protocol_version = "HTTP/1.1"  # keep-alive for Prometheus; every response has a Content-Length
+
+            def parse_request(self) -> bool:
+                if len(getattr(self, "raw_requestline", b"")) > MAX_REQUEST_LINE:
+                    self.close_connection = True
+                    self.requestline, self.request_version, self.command = "", "HTTP/1.1", "GET"
+                    self._send(414, "text/plain; charset=utf-8", b"request line too long\n")
+                    return False
+                if not super().parse_request():
+                    return False
+                size = sum(len(k) + len(v) + 4 for k, v in self.headers.items())
+                if size > MAX_HEADER_BYTES:
+                    self.close_connection = True
+                    self._send(431, "text/plain; charset=utf-8", b"request headers too large\n")
+                    return False
+                length = self.headers.get("Content-Length", "0").strip()
+                if length not in ("", "0") or self.headers.get("Transfer-Encoding"):
+                    self.close_connection = True
+                    self._send(413, "text/plain; charset=utf-8", b"this server takes no request body\n")
+                    return False
+                return True
 
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
+                if path != "/healthz" and not self._authorised():
+                    return
                 if path == "/metrics":
                     encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
                     self._send(200, content_type, encoder(server.registry))
@@ -75,12 +189,48 @@ class GpuServer:
                 else:
                     self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n")
 
-            def _send(self, status: int, content_type: str, body: bytes) -> None:
+            def _not_allowed(self) -> None:
+                self.close_connection = True
+                self._send(405, "text/plain; charset=utf-8", b"only GET\n", extra={"Allow": "GET"})
+
+            do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed
+
+            def _authorised(self) -> bool:
+                tls = server.web_config.tls
+                if tls is not None and tls.client_allowed_sans:
+                    peer = self.connection.getpeercert() if isinstance(self.connection, ssl.SSLSocket) else None
+                    if not client_sans(peer) & set(tls.client_allowed_sans):
+                        self._send(403, "text/plain; charset=utf-8", b"client certificate name not allowed\n")
+                        return False
+                if server.auth.check(self.headers.get("Authorization")):
+                    return True
+                self._send(
+                    401,
+                    "text/plain; charset=utf-8",
+                    b"Unauthorized\n",
+                    extra={"WWW-Authenticate": 'Basic realm="slokit-gpu", charset="UTF-8"'},
+                )
+                return False
+
+            def _send(self, status: int, content_type: str, body: bytes, extra: dict[str, str] | None = None) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in {**server.web_config.headers, **(extra or {})}.items():
+                    self.send_header(name, value)
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(body)
+
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                # The standard library's error page echoes parts of the request; send a fixed line instead.
+                self.close_connection = True
+                # A garbled request line leaves the version at HTTP/0.9, which would drop the status line.
+                self.request_version = "HTTP/1.1"
+                phrase = self.responses.get(code, ("error",))[0]
+                with contextlib.suppress(OSError):
+                    self._send(code, "text/plain; charset=utf-8", f"{code} {phrase}\n".encode())
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("%s %s", self.address_string(), format % args)

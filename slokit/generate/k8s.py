@@ -36,6 +36,9 @@ SCRAPE_INTERVAL: Final = "15s"
 GPU_POLL_INTERVAL: Final = "1s"
 RUN_DIR: Final = "/var/run/slokit"
 GPU_FILE: Final = f"{RUN_DIR}/gpus"
+WEB_CONFIG_DIR: Final = "/etc/slokit/web"  # the web-config Secret, mounted read-only into the sidecar
+WEB_CONFIG_FILE: Final = f"{WEB_CONFIG_DIR}/web-config.yml"
+WEB_CONFIG_VOLUME: Final = "slokit-web-config"
 SPEC_DIR: Final = "/etc/slokit"
 MODELS_DIR: Final = "/models"
 # Placeholders a kustomize `images:` entry replaces (docs/kubernetes.md shows the two-line Dockerfiles).
@@ -150,10 +153,38 @@ def pod_monitor(spec: Spec) -> dict[str, Any]:
             },
             "podMetricsEndpoints": [
                 {"port": VLLM_PORT_NAME, **endpoint},
-                {"port": GPU_PORT_NAME, **endpoint},
+                {"port": GPU_PORT_NAME, **endpoint, **gpu_scrape_settings(spec)},
             ],
         },
     }
+
+
+def gpu_scrape_settings(spec: Spec) -> dict[str, Any]:
+    """The PodMonitor endpoint settings that match the sidecar's web-config (nothing for plain HTTP).
+
+    Secrets are read by prometheus-operator from the PodMonitor's namespace: the web-config Secret's `ca.crt`
+    verifies the sidecar, the client Secret's `tls.crt`/`tls.key` identify Prometheus, and `username`/`password`
+    are sent as basic auth. The server name is checked, never skipped (no insecureSkipVerify).
+    """
+    settings = spec.gpu_exporter
+    if settings.web_config_secret is None:
+        return {}
+    out: dict[str, Any] = {"scheme": settings.scheme}
+    if settings.tls:
+        tls: dict[str, Any] = {
+            "ca": {"secret": {"name": settings.web_config_secret, "key": "ca.crt"}},
+            "serverName": settings.server_name,
+        }
+        if settings.client_cert_secret is not None:
+            tls["cert"] = {"secret": {"name": settings.client_cert_secret, "key": "tls.crt"}}
+            tls["keySecret"] = {"name": settings.client_cert_secret, "key": "tls.key"}
+        out["tlsConfig"] = tls
+    if settings.basic_auth_secret is not None:
+        out["basicAuth"] = {
+            "username": {"name": settings.basic_auth_secret, "key": "username"},
+            "password": {"name": settings.basic_auth_secret, "key": "password"},
+        }
+    return out
 
 
 def adapter_rules() -> dict[str, Any]:
@@ -264,7 +295,20 @@ def _vllm_container(spec: Spec, model: Model) -> dict[str, Any]:
     }
 
 
-def _gpu_container() -> dict[str, Any]:
+def _gpu_container(spec: Spec) -> dict[str, Any]:
+    settings = spec.gpu_exporter
+    web_args: list[str] = []
+    mounts: list[dict[str, Any]] = [{"name": "slokit-run", "mountPath": RUN_DIR, "readOnly": True}]
+    if settings.web_config_secret is not None:
+        web_args = ["--web.config.file", WEB_CONFIG_FILE]
+        mounts.append({"name": WEB_CONFIG_VOLUME, "mountPath": WEB_CONFIG_DIR, "readOnly": True})
+    # /healthz fails only when a poll is stuck inside the driver: a restart is the right cure then. It needs no
+    # password; the kubelet cannot present a client certificate, so with one required the probe checks the socket.
+    liveness: dict[str, Any] = {"httpGet": {"path": "/healthz", "port": GPU_PORT_NAME}}
+    if settings.tls:
+        liveness["httpGet"]["scheme"] = "HTTPS"
+    if settings.client_cert_secret is not None:
+        liveness = {"tcpSocket": {"port": GPU_PORT_NAME}}
     return {
         "name": "gpu-exporter",
         "image": SLOKIT_IMAGE,
@@ -277,8 +321,13 @@ def _gpu_container() -> dict[str, Any]:
             GPU_POLL_INTERVAL,
             "--gpus-file",
             GPU_FILE,
+            # The pod IP, not 0.0.0.0: Prometheus and the kubelet reach it, other pods' loopback does not.
+            "--address",
+            "$(POD_IP)",
+            *web_args,
         ],
         "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             # NVML access without a GPU request: the container toolkit mounts the driver library and device nodes;
             # --gpus-file then limits polling to the vLLM container's GPUs (docs/gpu-exporter.md).
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
@@ -289,10 +338,9 @@ def _gpu_container() -> dict[str, Any]:
             "requests": {"cpu": "20m", "memory": "96Mi"},  # about 66 MB resident, measured
             "limits": {"memory": "256Mi"},
         },
-        "volumeMounts": [{"name": "slokit-run", "mountPath": RUN_DIR, "readOnly": True}],
-        # /healthz fails only when a poll is stuck inside the driver: a restart is the right cure then.
+        "volumeMounts": mounts,
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": GPU_PORT_NAME},
+            **liveness,
             "initialDelaySeconds": 10,
             "periodSeconds": 10,
             "failureThreshold": 3,
@@ -316,6 +364,10 @@ def deployment(spec: Spec, model: Model) -> dict[str, Any]:
     ]
     if spec.source is Source.SLOKIT:
         volumes.insert(0, {"name": "slokit-spec", "configMap": {"name": configmap_name(spec)}})
+    if spec.gpu_exporter.web_config_secret is not None:
+        # 0444: the sidecar runs as user 65534 and Secret files belong to root; nothing else runs in that container.
+        secret = {"secretName": spec.gpu_exporter.web_config_secret, "defaultMode": 0o444}
+        volumes.append({"name": WEB_CONFIG_VOLUME, "secret": secret})
     selector = _pod_selector(spec, model)
     labels = {**_labels(spec, "server", model), **selector}
     annotations = {f"{DOMAIN}/model": model.name}
@@ -331,7 +383,7 @@ def deployment(spec: Spec, model: Model) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": labels, "annotations": annotations},
                 "spec": {
-                    "containers": [_vllm_container(spec, model), _gpu_container()],
+                    "containers": [_vllm_container(spec, model), _gpu_container(spec)],
                     "volumes": volumes,
                     "terminationGracePeriodSeconds": 60,
                 },

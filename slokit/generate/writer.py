@@ -7,11 +7,13 @@ do-not-edit header naming the spec it came from.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -81,23 +83,134 @@ class WriteReport:
         return bool(self.written)
 
 
-def write_files(files: Mapping[str, str], root: Path, *, check: bool) -> WriteReport:
-    """Write `files` (relative path -> text) under `root`; with `check`, write nothing and report differences."""
+class WriteError(Exception):
+    """Generation stopped before any file was replaced (staging or verification failed); the message says why."""
+
+
+JOURNAL: Final = ".slokit-generate.journal"
+_TMP_PREFIX: Final = ".slokit-tmp-"
+
+
+def _staged_name(target: Path) -> Path:
+    # Same directory (so the rename is atomic on one filesystem) and same suffix (so promtool reads it as YAML).
+    return target.with_name(f"{_TMP_PREFIX}{os.getpid()}-{target.name}")
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened for fsync
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _stage_one(target: Path, content: str) -> Path:
+    """Write one file's new content beside it under a temporary name, flushed to disk."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = _staged_name(target)
+    with staged.open("w", encoding="utf-8", newline="") as handle:
+        handle.write(content)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return staged
+
+
+def recover(root: Path, folders: Iterable[Path] = ()) -> list[str]:
+    """Finish a write that was killed while renaming, and delete temporaries of writes killed before it.
+
+    The journal is written only after every new file is staged and flushed, so rolling it forward always yields
+    the complete new set; without a journal the staged files are an unfinished set and are dropped, which leaves
+    the previous set. Temporaries are looked for in `root` and `folders` only (never a recursive walk), and those of
+    a writer that is still running are left alone. Returns the relative paths it completed.
+    """
+    journal = root / JOURNAL
+    done: list[str] = []
+    if journal.exists():
+        try:
+            pairs = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pairs = []  # a torn journal was never committed: its staged files are dropped below
+        for staged_name, relative in pairs if isinstance(pairs, list) else []:
+            staged, target = root / staged_name, root / relative
+            if staged.exists():
+                os.replace(staged, target)
+                done.append(relative)
+        journal.unlink(missing_ok=True)
+    for folder in {root, *(folders or ())}:
+        if not folder.is_dir():
+            continue
+        for leftover in folder.glob(f"{_TMP_PREFIX}*"):
+            if not _writer_alive(leftover.name):
+                leftover.unlink(missing_ok=True)
+    return done
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that staged this temporary file still runs (then it is its file, not debris)."""
+    pid_text = name[len(_TMP_PREFIX) :].split("-", 1)[0]
+    if not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def write_files(
+    files: Mapping[str, str],
+    root: Path,
+    *,
+    check: bool,
+    verify: Callable[[Mapping[str, Path]], None] | None = None,
+) -> WriteReport:
+    """Write `files` (relative path -> text) under `root`; with `check`, write nothing and report differences.
+
+    All or nothing: every changed file is first staged beside its target and flushed, then `verify` sees the staged
+    paths (relative path -> staged file) and may raise WriteError, then a journal is written and the staged files
+    are renamed over their targets. Killed or failing before the journal: the previous files are untouched.
+    Killed while renaming (milliseconds): the next write (or `recover`) completes the new set from the journal.
+    """
     report = WriteReport()
+    if not check:
+        recover(root, {(root / relative).parent for relative in files})
     for relative in sorted(files):
         target = root / relative
-        content = files[relative]
         try:
             current = target.read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError):
             current = None
-        if current == content:
+        if current == files[relative]:
             report.unchanged.append(relative)
-            continue
-        report.written.append(relative)
-        if not check:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.tmp")
-            tmp.write_text(content, encoding="utf-8")
-            tmp.replace(target)
+        else:
+            report.written.append(relative)
+    if check or not report.written:
+        return report
+    for relative in report.written:
+        if (root / relative).is_dir():
+            raise WriteError(f"{root / relative} is a folder; move it away so the generated file can take its place")
+    staged: dict[str, Path] = {}
+    try:
+        for relative in report.written:
+            staged[relative] = _stage_one(root / relative, files[relative])
+        if verify is not None:
+            verify(staged)
+        for folder in {path.parent for path in staged.values()}:
+            _fsync_dir(folder)
+        journal = root / JOURNAL
+        pending = journal.with_name(f"{_TMP_PREFIX}{os.getpid()}-{JOURNAL}")
+        pairs = [[str(path.relative_to(root)), relative] for relative, path in staged.items()]
+        pending.write_text(json.dumps(pairs), encoding="utf-8")
+        os.replace(pending, journal)  # the commit point
+        _fsync_dir(root)
+    except BaseException:
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+        raise
+    for relative, path in staged.items():
+        os.replace(path, root / relative)
+    journal.unlink()
     return report
