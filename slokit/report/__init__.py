@@ -12,6 +12,8 @@ from typing import Any
 
 from slokit.spec import Spec
 
+MIN_STEP = 15.0
+
 
 def report_from_prometheus(
     spec: Spec, url: str, start: float, end: float, directory: Path, *, progress: Any = None, step: float | None = None
@@ -22,7 +24,8 @@ def report_from_prometheus(
     from slokit.report.render import public, write_report
 
     source = PrometheusSource(spec, PrometheusApi(url), progress if progress is not None else stderr_progress)
-    data = source.read(start, end, step or choose_step(end - start))
+    # Bins of at least 15s: shorter ones would hold no sample at common scrape intervals.
+    data = source.read(start, end, step or max(MIN_STEP, choose_step(end - start)))
     document = analyze(spec, data)
     return public(document), write_report(document, directory)
 

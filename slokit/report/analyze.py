@@ -163,8 +163,8 @@ def iso(t: float) -> str:
 
 
 def worst_window_seconds(span: float, step: float) -> float:
-    """Length of the 'worst windows': 1h for a day or more, shorter for short periods; a whole number of bins."""
-    wanted = min(3600.0, max(step, span / 24))
+    """Length of the 'worst windows': 1h for 12h or more, a twelfth of shorter periods; a whole number of bins."""
+    wanted = min(3600.0, max(step, span / 12))
     return max(step, math.floor(wanted / step) * step)
 
 
@@ -399,7 +399,7 @@ def _slo_window(spec: Spec, key: Key, data: ReportInput, notes: list[str]) -> di
     records = data.records.get(key)
     if records is None:
         return None
-    window = format_duration(spec.window)
+    window = f"{spec.window / 86400:g}d" if spec.window >= 86400 else format_duration(spec.window)
     history = None
     if records.history_start is not None:
         history = max(0.0, min(spec.window, data.end - records.history_start))

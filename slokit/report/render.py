@@ -47,6 +47,11 @@ def seconds(value: float | None) -> str:
     return f"{value * 1000:.1f}ms" if value < 1 else f"{value:.3g}s"
 
 
+def days(value: float) -> str:
+    """An SLO window as people say it: `28d`, `7d`, `12h`."""
+    return f"{value / 86400:g}d" if value >= 86400 else format_duration(value)
+
+
 def _status(row: dict[str, Any]) -> str:
     if row["met"] is None:
         return "no traffic"
@@ -63,9 +68,9 @@ def headline_rows(document: dict[str, Any]) -> list[list[str]]:
                 o["model"],
                 o["class"],
                 f"{o['slo']} <= {seconds(o['threshold_seconds'])}",
-                pct(o["objective"], 2),
-                pct(o["attainment"]),
                 _status(o),
+                pct(o["attainment"]),
+                pct(o["objective"], 2),
                 pct(o["budget_remaining"], 1),
                 num(o["events_total"]),
                 pct(window.get("attainment")),
@@ -76,7 +81,7 @@ def headline_rows(document: dict[str, Any]) -> list[list[str]]:
 
 
 HEADLINE = [
-    "model", "class", "SLO", "objective", "attainment (period)", "status", "budget left (period)", "events",
+    "model", "class", "SLO", "status", "attainment (period)", "objective", "budget left (period)", "events",
     "attainment (SLO window)", "budget left (SLO window)",
 ]  # fmt: skip
 
@@ -271,7 +276,7 @@ def _period_line(document: dict[str, Any]) -> str:
     p = document["period"]
     return (
         f"Period {p['from']} to {p['to']} ({format_duration(p['seconds'])}), from {document['source']} "
-        f"{document['origin']}; SLO window {format_duration(p['slo_window_seconds'])}."
+        f"{document['origin']}; SLO window {days(p['slo_window_seconds'])}."
     )
 
 
