@@ -30,11 +30,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian's Prometheus, promtool and Alertmanager for the rule and end-to-end tests (started by the tests on
-# loopback ports, never as system services).
+# loopback ports, never as system services), and Chromium, which renders the SLO report's HTML headless in a test.
 system-deps:
-	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
+	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
+			|| ! command -v chromium >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-alertmanager; \
+			prometheus prometheus-alertmanager chromium; \
 	fi
 
 lint: install

@@ -120,6 +120,7 @@ class DemoResult:
     runbook_section: str = ""
     runbook_query: str = ""
     queue_depth: float | None = None
+    report_path: Path | None = None  # the SLO report of the run (`slokit report`)
     healthy_requests: int = 0
     seconds_to_fire: float | None = None  # from the start of the fault to the page firing in Prometheus
     seconds_to_notify: float | None = None  # from the page firing (activeAt + for:) to the webhook receiving it
@@ -718,6 +719,7 @@ class _Story:
         self.engine: Engine | None = None
         self.tokens_per_word = 1.0
         self._fired_at = time.time()
+        self.started = time.time()
         self.stopping = False
 
     # -- selectors (metric names from the schema; label names from the source) -------------------------------
@@ -1142,6 +1144,20 @@ class _Story:
         self.out.line(detail + advice, "ok" if ok else "fail")
         self.result.add("runbook query shows the queue", ok, detail)
 
+    def report(self) -> None:
+        """The SLO report of the run, from the demo's Prometheus (`slokit report`)."""
+        from slokit.report import report_from_prometheus
+
+        assert self.prometheus is not None
+        self.out.step("The SLO report of the run")
+        directory = self.result.output / "report"
+        _, paths = report_from_prometheus(
+            self.spec, self.prometheus.url, self.started, time.time(), directory, progress=lambda _: None
+        )
+        self.result.report_path = paths[0]
+        self.out.line(f"report: {paths[0]}")
+        self.result.add("report written", True, str(paths[0]))
+
     def other_alerts(self) -> None:
         shown = alert_name(self.result.fired_alert)
         names = sorted(n for n in self._firing_names() if n != shown)
@@ -1188,6 +1204,7 @@ def run_demo(config: DemoConfig, reporter: Reporter) -> DemoResult:
             story.wait_notification()
             story.runbook()
             story.other_alerts()
+            story.report()
             result.fault_requests = load.tally.sent
     except (DemoAborted, StartError, PrometheusError) as exc:
         reporter.line(str(exc), "fail")
@@ -1236,6 +1253,7 @@ def _where(result: DemoResult, reporter: Reporter) -> None:
     reporter.line(f"runbook:           {result.runbook_path or out / 'runbooks'}")
     reporter.line(f"Kubernetes:        {out / 'exporters'}")
     reporter.line(f"process logs:      {out / 'run'}")
+    reporter.line(f"SLO report:        {result.report_path or out / 'report'}")
     failed = [c for c in result.checks if not c.ok]
     if result.interrupted:
         reporter.line("interrupted before the story ended", "warn")

@@ -1,0 +1,421 @@
+"""From binned event counts to the report's figures, as plain data (the report.json document).
+
+Sources fill a `ReportInput`: for every (model, class, SLI) the events per time bin, per histogram bucket
+(cumulative, `+Inf` last) and, for objectives, the good events (at or under the threshold). Every period figure is
+a sum of those counts, so it is exact and event-weighted: attainment = good / total over the period, never an
+average of ratios. Per-bin percentiles (tiers, consistency) use Prometheus's classic-histogram interpolation,
+since that is all a bucketed histogram can say; decisions against thresholds count events, never interpolate.
+
+Nothing here returns NaN: a figure that cannot be computed (no traffic, no record) is None, and the reason is a
+note the renderers print ("no traffic for class batch on qwen").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from slokit.schema import Sli
+from slokit.spec import PERCENTILES, TIER_NAMES, SloSpec, Spec
+from slokit.units import format_duration
+
+WORST_WINDOWS: Final = 5
+REPORT_VERSION: Final = 1
+Floats = npt.NDArray[np.float64]
+
+
+# ==============================================================================================================
+# Input: what a source measured
+# ==============================================================================================================
+@dataclass(frozen=True)
+class Key:
+    """One indicator: a model, a class and an SLI."""
+
+    model: str
+    request_class: str
+    sli: Sli
+
+    def label(self) -> str:
+        """`chat/ttft on llama-3-70b`."""
+        return f"{self.request_class}/{self.sli.value} on {self.model}"
+
+
+@dataclass
+class Histogram:
+    """Events per bin of one indicator. `counts[i, j]`: events in bin i at or under `bounds[j]` (+Inf last)."""
+
+    bounds: tuple[float, ...]  # finite upper bounds, ascending
+    counts: Floats  # shape (bins, len(bounds) + 1), cumulative per row
+    good: Floats | None  # shape (bins,): events at or under the objective threshold; None without an objective
+
+    @property
+    def total(self) -> Floats:
+        """Events per bin."""
+        result: Floats = self.counts[:, -1]
+        return result
+
+
+@dataclass(frozen=True)
+class AlertEpisode:
+    """One stretch of time an alert was firing (from Prometheus's `ALERTS` series)."""
+
+    labels: Mapping[str, str]
+    start: float
+    end: float  # last firing sample seen
+
+
+@dataclass(frozen=True)
+class WindowRecords:
+    """SLO-window figures read from the recording rules at the period's end (None: that record is absent)."""
+
+    events_total: float | None
+    events_good: float | None
+    error_ratio: float | None
+    budget_remaining: float | None
+    history_start: float | None  # earliest raw sample inside the SLO window (hour precision), None: unknown
+
+
+@dataclass
+class ReportInput:
+    """Everything a source measured over the period (start, end], binned by `step` seconds from `start`."""
+
+    source: str  # "prometheus" or "probe"
+    origin: str  # the URL or the CSV path
+    start: float
+    end: float
+    step: float
+    histograms: dict[Key, Histogram] = field(default_factory=dict)
+    # Engine signals per model, one value per bin (NaN: no sample): queue, kv_cache, decode_tokens_per_second.
+    signals: dict[str, dict[str, Floats]] = field(default_factory=dict)
+    alerts: list[AlertEpisode] = field(default_factory=list)
+    records: dict[Key, WindowRecords] = field(default_factory=dict)
+    expected_decode: dict[str, float] = field(default_factory=dict)  # planner's tokens/s per engine, per model
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bins(self) -> int:
+        """Number of time bins."""
+        return max(1, math.ceil((self.end - self.start) / self.step - 1e-9))
+
+    def when(self, t: float) -> str:
+        """A time as the report prints it: UTC ISO-8601, or seconds from the start for a probe run."""
+        return f"+{t - self.start:.0f}s" if self.source == "probe" else iso(t)
+
+    def bin_starts(self) -> Floats:
+        """Start time of every bin (unix seconds)."""
+        return self.start + self.step * np.arange(self.bins, dtype=np.float64)
+
+
+def choose_step(span: float, max_bins: int = 400) -> float:
+    """A readable bin width for a span: the smallest of 1s ... 1d that keeps at most `max_bins` bins."""
+    for step in (1, 5, 10, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 86400):
+        if span / step <= max_bins:
+            return float(step)
+    return float(math.ceil(span / max_bins / 86400) * 86400)
+
+
+def indicator_keys(spec: Spec) -> list[Key]:
+    """Every (model, class, SLI) the spec declares, in spec order."""
+    return [Key(model, rc.name, sli) for rc in spec.classes for sli in rc.slos for model in rc.models]
+
+
+# ==============================================================================================================
+# Quantiles from buckets
+# ==============================================================================================================
+def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float | None:
+    """Prometheus's classic-histogram quantile; None when there are no events."""
+    total = float(cumulative[-1])
+    if total <= 0:
+        return None
+    rank = q * total
+    index = next(i for i, c in enumerate(cumulative) if c >= rank)
+    if index == len(bounds):
+        return float(bounds[-1])  # in the +Inf bucket: Prometheus answers the highest finite bound
+    start = 0.0 if index == 0 else float(bounds[index - 1])
+    below = 0.0 if index == 0 else float(cumulative[index - 1])
+    count = float(cumulative[index]) - below
+    if count <= 0:
+        return float(bounds[index])
+    return start + (float(bounds[index]) - start) * ((rank - below) / count)
+
+
+def _tier_of(value: float, slo: SloSpec, percentile: str) -> str:
+    for tier in TIER_NAMES:
+        limit = slo.tiers.tier(tier).get(percentile)
+        if limit is not None and value <= limit:
+            return tier
+    return "beyond_critical"
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def iso(t: float) -> str:
+    """UTC ISO-8601 with seconds, e.g. 2026-12-04T13:00:00Z."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def worst_window_seconds(span: float, step: float) -> float:
+    """Length of the 'worst windows': 1h for 12h or more, a twelfth of shorter periods; a whole number of bins."""
+    wanted = min(3600.0, max(step, span / 12))
+    return max(step, math.floor(wanted / step) * step)
+
+
+# ==============================================================================================================
+# The analysis
+# ==============================================================================================================
+def analyze(spec: Spec, data: ReportInput) -> dict[str, Any]:
+    """The whole report as plain data (report.json); every number is a finite float, an int or None."""
+    notes = list(data.notes)
+    starts = data.bin_starts()
+    span = data.end - data.start
+    objectives: list[dict[str, Any]] = []
+    indicators: list[dict[str, Any]] = []
+    traffic: list[dict[str, Any]] = []
+    seen_traffic: set[tuple[str, str]] = set()
+    for key in indicator_keys(spec):
+        rc = spec.request_class(key.request_class)
+        slo = rc.slos[key.sli]
+        hist = data.histograms.get(key)
+        total_events = float(hist.total.sum()) if hist is not None else 0.0
+        if hist is None or total_events <= 0:
+            notes.append(f"no traffic for class {key.request_class} ({key.sli.value}) on {key.model} in the period")
+        if (key.model, key.request_class) not in seen_traffic and hist is not None:
+            seen_traffic.add((key.model, key.request_class))
+            traffic.append(
+                {
+                    "model": key.model,
+                    "class": key.request_class,
+                    "requests": total_events,
+                    "requests_per_second": total_events / span if span > 0 else None,
+                }
+            )
+        indicators.append(_indicator(key, slo, hist, starts))
+        if slo.objective is not None:
+            objectives.append(_objective(spec, key, slo, hist, data, starts, notes))
+    return {
+        "slokit_report": REPORT_VERSION,
+        "service": spec.service,
+        "spec": spec.path,
+        "source": data.source,
+        "origin": data.origin,
+        "period": {
+            "from": data.when(data.start),
+            "to": data.when(data.end),
+            "from_unix": data.start,
+            "to_unix": data.end,
+            "seconds": span,
+            "step_seconds": data.step,
+            "slo_window_seconds": spec.window,
+        },
+        "objectives": objectives,
+        "indicators": indicators,
+        "traffic": traffic,
+        "alerts": [_alert(data, a) for a in sorted(data.alerts, key=lambda a: (a.start, sorted(a.labels.items())))],
+        "notes": notes,
+    }
+
+
+def _alert(data: ReportInput, episode: AlertEpisode) -> dict[str, Any]:
+    labels = dict(episode.labels)
+    return {
+        "alertname": labels.get("alertname", ""),
+        "severity": labels.get("severity", ""),
+        "model": labels.get("model", ""),
+        "class": labels.get("class", ""),
+        "slo": labels.get("slo", ""),
+        "start": data.when(episode.start),
+        "end": data.when(episode.end),
+        "start_unix": episode.start,
+        "end_unix": episode.end,
+        "duration_seconds": episode.end - episode.start,
+    }
+
+
+def _indicator(key: Key, slo: SloSpec, hist: Histogram | None, starts: Floats) -> dict[str, Any]:
+    """Tier shares per percentile and p99/p50 consistency, from per-bin interpolated percentiles."""
+    out: dict[str, Any] = {"model": key.model, "class": key.request_class, "slo": key.sli.value}
+    percentiles = sorted(
+        {p for tier in TIER_NAMES for p in slo.tiers.tier(tier)} | ({"p50", "p99"} if slo.consistency else set()),
+        key=lambda p: PERCENTILES[p],
+    )
+    tiers: dict[str, Any] = {}
+    timeline: dict[str, list[float | None]] = {}
+    bins_with_traffic = 0
+    if hist is not None:
+        bins_with_traffic = int((hist.total > 0).sum())
+        for p in percentiles:
+            values = [histogram_quantile(PERCENTILES[p], hist.bounds, row) for row in hist.counts]
+            timeline[p] = values
+            named = any(p in slo.tiers.tier(t) for t in TIER_NAMES)
+            if not named:
+                continue
+            counts = dict.fromkeys((*TIER_NAMES, "beyond_critical"), 0)
+            for v in values:
+                if v is not None:
+                    counts[_tier_of(v, slo, p)] += 1
+            tiers[p] = {name: (n / bins_with_traffic if bins_with_traffic else None) for name, n in counts.items()}
+    out["bins_with_traffic"] = bins_with_traffic
+    out["tiers"] = tiers
+    out["percentiles"] = dict(timeline.items())
+    if slo.consistency is not None:
+        limit = slo.consistency.max_p99_over_p50
+        ratios: list[float | None] = []
+        for p50, p99 in zip(timeline.get("p50", []), timeline.get("p99", []), strict=True):
+            ratios.append(p99 / p50 if p50 and p99 is not None else None)
+        measured = [r for r in ratios if r is not None]
+        period_ratio = None
+        if hist is not None:
+            summed = hist.counts.sum(axis=0)
+            p50 = histogram_quantile(0.5, hist.bounds, summed)
+            p99 = histogram_quantile(0.99, hist.bounds, summed)
+            period_ratio = p99 / p50 if p50 and p99 is not None else None
+        out["consistency"] = {
+            "max_p99_over_p50": limit,
+            "period_p99_over_p50": period_ratio,
+            "met": None if period_ratio is None else period_ratio <= limit,
+            "share_of_time_over_limit": (sum(r > limit for r in measured) / len(measured)) if measured else None,
+            "timeline": ratios,
+        }
+    else:
+        out["consistency"] = None
+    out["bin_starts"] = [float(t) for t in starts] if hist is not None else []
+    return out
+
+
+def _objective(
+    spec: Spec, key: Key, slo: SloSpec, hist: Histogram | None, data: ReportInput, starts: Floats, notes: list[str]
+) -> dict[str, Any]:
+    objective = slo.objective
+    assert objective is not None
+    budget = objective.error_budget
+    total = float(hist.total.sum()) if hist is not None else 0.0
+    good = float(hist.good.sum()) if hist is not None and hist.good is not None else 0.0
+    attainment = good / total if total > 0 else None
+    consumed = (total - good) / (total * budget) if total > 0 and budget > 0 else None
+    row: dict[str, Any] = {
+        "model": key.model,
+        "class": key.request_class,
+        "slo": key.sli.value,
+        "objective": objective.target_ratio,
+        "threshold_seconds": objective.threshold,
+        "events_total": total,
+        "events_good": good,
+        "attainment": attainment,
+        "met": None if attainment is None else attainment >= objective.target_ratio,
+        "budget_consumed": consumed,
+        "budget_remaining": None if consumed is None else 1.0 - consumed,
+    }
+    burn: list[float | None] = []
+    if hist is not None and hist.good is not None:
+        for t, g in zip(hist.total, hist.good, strict=True):
+            burn.append(float((t - g) / t / budget) if t > 0 and budget > 0 else None)
+    row["burn_rate_timeline"] = {
+        "bin_starts": [float(t) for t in starts] if burn else [],
+        "burn_rate": burn,
+        "events": [float(t) for t in hist.total] if burn and hist is not None else [],
+    }
+    row["worst_windows"] = _worst_windows(key, hist, data, budget) if hist is not None else []
+    row["slo_window"] = _slo_window(spec, key, data, notes)
+    return row
+
+
+def _worst_windows(key: Key, hist: Histogram, data: ReportInput, budget: float) -> list[dict[str, Any]]:
+    """The five windows with the highest error ratio (non-overlapping, ties: more bad events, then earlier)."""
+    if hist.good is None:
+        return []
+    length = worst_window_seconds(data.end - data.start, data.step)
+    width = max(1, round(length / data.step))
+    total, good = hist.total, hist.good
+    n = len(total)
+    candidates: list[tuple[float, float, int]] = []
+    for i in range(max(1, n - width + 1)):
+        t = float(total[i : i + width].sum())
+        if t <= 0:
+            continue
+        bad = t - float(good[i : i + width].sum())
+        if bad <= 0:
+            continue
+        candidates.append((-(bad / t), -bad, i))
+    candidates.sort()
+    chosen: list[int] = []
+    for _, _, i in candidates:
+        if all(abs(i - j) >= width for j in chosen):
+            chosen.append(i)
+        if len(chosen) == WORST_WINDOWS:
+            break
+    out = []
+    for i in chosen:
+        sl = slice(i, min(n, i + width))
+        t = float(total[sl].sum())
+        g = float(good[sl].sum())
+        start = data.start + i * data.step
+        end = min(data.end, start + width * data.step)
+        out.append(
+            {
+                "start": data.when(start),
+                "start_unix": start,
+                "end_unix": end,
+                "events_total": t,
+                "events_good": g,
+                "error_ratio": (t - g) / t,
+                "burn_rate": (t - g) / t / budget if budget > 0 else None,
+                "signals": _signals_during(key.model, sl, data),
+            }
+        )
+    return out
+
+
+def _signals_during(model: str, sl: slice, data: ReportInput) -> dict[str, float | None]:
+    def pick(name: str, how: str) -> float | None:
+        values = data.signals.get(name, {}).get(model)
+        if values is None:
+            return None
+        part = values[sl]
+        part = part[np.isfinite(part)]
+        if part.size == 0:
+            return None
+        return float(part.max() if how == "max" else part.mean())
+
+    decode = pick("decode_tokens_per_second", "mean")
+    expected = data.expected_decode.get(model)
+    return {
+        "queue_waiting_max": pick("queue_waiting", "max"),
+        "kv_cache_usage_max": pick("kv_cache_usage", "max"),
+        "decode_tokens_per_second": decode,
+        "expected_decode_tokens_per_second": expected,
+        "decode_vs_expected": decode / expected if decode is not None and expected else None,
+    }
+
+
+def _slo_window(spec: Spec, key: Key, data: ReportInput, notes: list[str]) -> dict[str, Any] | None:
+    records = data.records.get(key)
+    if records is None:
+        return None
+    window = f"{spec.window / 86400:g}d" if spec.window >= 86400 else format_duration(spec.window)
+    history = None
+    if records.history_start is not None:
+        history = max(0.0, min(spec.window, data.end - records.history_start))
+        if history < spec.window - 3600:
+            notes.append(
+                f"{key.label()}: history covers {history / 86400:.1f} of {spec.window / 86400:g} days "
+                f"of the {window} SLO window"
+            )
+    if records.error_ratio is None:
+        notes.append(f"{key.label()}: no {window} SLO-window records (are slokit's recording rules loaded?)")
+    attainment = None if records.error_ratio is None else 1.0 - records.error_ratio
+    return {
+        "window_seconds": spec.window,
+        "events_total": _finite(records.events_total),
+        "events_good": _finite(records.events_good),
+        "attainment": _finite(attainment),
+        "budget_remaining": _finite(records.budget_remaining),
+        "history_seconds": history,
+    }
