@@ -45,7 +45,7 @@ from slokit.local.prometheus import (
 )
 from slokit.promql import eq, number, selector
 from slokit.spec import Spec
-from slokit.units import format_duration, parse_duration
+from slokit.units import format_duration, parse_duration, prom_duration
 
 ALIGN: Final = 600  # evaluation times are multiples of every group interval (30s, 1m, 2m)
 MAX_POINTS: Final = 10_000  # Prometheus answers at most 11,000 points per series per range query
@@ -413,6 +413,11 @@ def evaluate_alert(server: LocalPrometheus, candidate: Candidate, start: float, 
 # ==============================================================================================================
 # The whole run
 # ==============================================================================================================
+def span_text(seconds: float) -> str:
+    """A length of history the way people read it: `6h`, `1d23h59m` (whole minutes)."""
+    return prom_duration(max(60.0, round(seconds / 60) * 60))
+
+
 def check_history(spec: Spec, names: set[str], lo: float, hi: float, where: str) -> list[str]:
     """Fail on history with none of the spec's metrics; warn on a range shorter than the longest window."""
     wanted = source_metric_names(spec)
@@ -434,9 +439,9 @@ def check_history(spec: Spec, names: set[str], lo: float, hi: float, where: str)
     short = [w for w in windows if w > span]
     if short:
         warnings.append(
-            f"the history covers {format_duration(span)}, shorter than the "
+            f"the history covers {span_text(span)}, shorter than the "
             f"{', '.join(format_duration(w) for w in short)} window(s): those windows read only the "
-            f"{format_duration(span)} that exists (fewer events, so burn rates over them start low, and the "
+            f"{span_text(span)} that exists (fewer events, so burn rates over them start low, and the "
             "baseline is absent until a full offset of history is behind it); going on"
         )
     return warnings
@@ -481,7 +486,7 @@ def evaluate(
             progress("warning: " + warning)
         start = lo + (-lo) % ALIGN
         end = hi - hi % 30
-        progress(f"history {format_duration(hi - lo)} from {lo:.0f} to {hi:.0f}; evaluating rules from {start:.0f}")
+        progress(f"history {span_text(hi - lo)} from {lo:.0f} to {hi:.0f}; evaluating rules from {start:.0f}")
         run_recording_rules(spec, server, start, end, workdir, progress)
         result = Evaluation(start=start, end=end, variants=chosen, warnings=warnings)
         unique = {c.key: c for cands in chosen.values() for c in cands}

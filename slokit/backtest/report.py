@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from slokit.backtest.evaluate import Evaluation, Firing
+from slokit.backtest.evaluate import Evaluation, Firing, span_text
 from slokit.backtest.incidents import Incident, rfc3339
 from slokit.spec import PERCENTILES, Spec
 from slokit.units import format_duration
@@ -140,14 +140,14 @@ def _after(t: float | None, start: float) -> str:
     if t is None:
         return "—"
     delta = t - start
-    return f"+{format_duration(delta)}" if delta >= 0 else f"{format_duration(-delta)} before"
+    return f"+{span_text(delta)}" if delta >= 60 else ("+0m" if delta >= 0 else f"{span_text(-delta)} before")
 
 
 def to_markdown(doc: Mapping[str, Any]) -> str:
     """backtest.md: the summary, incidents and warnings."""
     lines = [f"# Backtest: {doc['service']}", "",
              f"History evaluated from {rfc3339(doc['start'])} to {rfc3339(doc['end'])} "
-             f"({format_duration(doc['end'] - doc['start'])}).", ""]  # fmt: skip
+             f"({span_text(doc['end'] - doc['start'])}).", ""]  # fmt: skip
     for warning in doc["warnings"]:
         lines.append(f"> warning: {warning}")
     lines += ["", "| variant | pages/week | tickets/week | flaps | pages outside incidents |", "|---|---|---|---|---|"]
@@ -163,7 +163,7 @@ def to_markdown(doc: Mapping[str, Any]) -> str:
             cells = [f"{_after(i['first_page'][v], i['start'])} ({_after(i['first_alert'][v], i['start'])})"
                      for v in variants]  # fmt: skip
             lines.append(f"| {i['name']} | {i['model']} | {rfc3339(i['start'])} | "
-                         f"{format_duration(i['end'] - i['start'])} | " + " | ".join(cells) + " |")  # fmt: skip
+                         f"{span_text(i['end'] - i['start'])} | " + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
