@@ -132,7 +132,7 @@ def to_json(
                 "first_alert": first_alerts(spec, result, i, None),
             }
             for i in incidents
-        ],  # fmt: skip
+        ],
     }
 
 

@@ -28,7 +28,7 @@ def simulate(
             help="Incidents to inject: YAML list of {name, kind, start, end, model}; "
             "kinds: outage, degradation, overload, throttled, exporter_gone. Default: one a day.",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed and end, same bytes.")] = 1,
     end: Annotated[
         str | None,
@@ -86,7 +86,7 @@ def backtest(
             "--variant",
             help="Variants to compare (repeat): slokit, burn-rate, tiers, baseline, fixed-p99. Default: all.",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="Directory for the reports.")] = Path("backtest"),
     prometheus: Annotated[
         str | None, typer.Option("--prometheus", help="Read raw history from this live Prometheus instead of --data.")
