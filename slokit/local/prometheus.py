@@ -295,6 +295,12 @@ class LocalPrometheus:
             params["stats"] = "all"
         return _parse_result(self._request("/api/v1/query_range", params, method="POST"))
 
+    def label_values(self, label: str, start: float | None = None, end: float | None = None) -> list[str]:
+        """Values of a label (`__name__`: metric names) over a time range (`/api/v1/label/<name>/values`)."""
+        params = {k: f"{v:.3f}" for k, v in (("start", start), ("end", end)) if v is not None}
+        values: list[str] = self._request(f"/api/v1/label/{label}/values", params)
+        return values
+
     def rules(self) -> list[dict[str, Any]]:
         """Loaded rule groups (`/api/v1/rules`), with each rule's health, last error and evaluation time."""
         groups: list[dict[str, Any]] = self._request("/api/v1/rules")["groups"]
@@ -342,6 +348,25 @@ class LocalPrometheus:
                 return
             time.sleep(poll)
         raise PrometheusError(f"rule groups were not all evaluated within {timeout:.0f}s")
+
+
+def remote_query(base_url: str, expr: str, at: float, timeout: float = 120.0) -> QueryResult:
+    """An instant query against any Prometheus-compatible server (one slokit did not start)."""
+    query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
+    request = urllib.request.Request(f"{base_url.rstrip('/')}/api/v1/query", data=query.encode(), method="POST")
+    request.add_header("Content-Type", "application/x-www-form-urlencoded")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            answer = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise PrometheusError(
+            f"{base_url}: query failed with {exc.code}: {exc.read().decode(errors='replace')}"
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise PrometheusError(f"{base_url} did not answer a query: {exc}") from None
+    if answer.get("status") != "success":
+        raise PrometheusError(f"{base_url}: {answer.get('error', answer)}")
+    return _parse_result(answer["data"])
 
 
 def _needs_overlap_flag(binary: str) -> bool:
