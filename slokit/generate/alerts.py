@@ -19,7 +19,7 @@ from typing import Final
 
 from slokit import schema
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
-from slokit.promql import eq, number, selector
+from slokit.promql import Matcher, eq, number, selector
 from slokit.schema import SLI_TITLES, Sli
 from slokit.spec import PERCENTILES, BurnRateWindow, RequestClass, Spec
 from slokit.units import format_duration, prom_duration
@@ -335,8 +335,21 @@ def absent_metric(spec: Spec, model: str) -> tuple[str, Sli]:
     for rc in spec.classes:
         if model in rc.models and rc.slos:
             sli = next(iter(rc.slos))
-            return spec.metrics.latency[sli] + "_count", sli
+            return spec.histogram(rc, sli).name + "_count", sli
     return spec.metrics.latency[Sli.TTFT] + "_count", Sli.TTFT
+
+
+def absent_series(spec: Spec, model: str) -> tuple[str, list[Matcher]]:
+    """The raw `_count` series (name, matchers) of a model's first SLI histogram, with that histogram's own
+    selector (a custom histogram's), not the source's class label."""
+    for rc in spec.classes:
+        if model in rc.models and rc.slos:
+            sli = next(iter(rc.slos))
+            hist = spec.histogram(rc, sli)
+            own = list(hist.matchers) if rc.slos[sli].metric is not None else []
+            matchers = [eq(hist.model_label, model)] if hist.model_label is not None else []
+            return hist.name + "_count", [*matchers, *own]
+    return spec.metrics.latency[Sli.TTFT] + "_count", [eq(spec.metrics.model_label, model)]
 
 
 def _absent_alerts(b: _Builder) -> None:
@@ -346,7 +359,7 @@ def _absent_alerts(b: _Builder) -> None:
         if model.name not in served:
             continue
         metric, _ = absent_metric(spec, model.name)
-        expr = f"absent({selector(metric, [eq(spec.metrics.model_label, model.name)])})"
+        expr = f"absent({selector(*absent_series(spec, model.name))})"
         description = (
             f"No {metric} series for {model.name} for {format_duration(ABSENT_FOR)}: every engine is down, not "
             "scraped, or not exporting. The SLO cannot be measured and no other slokit alert can fire for it."

@@ -153,13 +153,47 @@ def _raw_labels(spec: Spec, model: str, rc: RequestClass | None) -> dict[str, st
     return labels
 
 
+def satisfying_labels(matchers: Sequence[tuple[str, str, str]]) -> dict[str, str]:
+    """Label values a synthetic series needs to pass a selector: `=` as written, `=~` its first alternative (or
+    "" when the regex allows it), `!=` and `!~` left out unless an absent label would fail them."""
+    labels: dict[str, str] = {}
+    for label, op, value in matchers:
+        if op == "=":
+            labels[label] = value
+        elif op == "=~":
+            first = value.split("|")[0].strip("()")
+            for candidate in (first, value, ""):
+                if re.fullmatch(value, candidate):
+                    if candidate:
+                        labels[label] = candidate
+                    break
+            else:
+                raise ValueError(f"cannot build a label value matching {label}=~{value!r} for the promtool tests")
+        elif (op == "!=" and value == "") or (op == "!~" and re.fullmatch(value, "")):
+            labels[label] = "x" if not (op == "!~" and re.fullmatch(value, "x")) else "slokit-test"
+    return labels
+
+
+def _histogram_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> dict[str, str]:
+    hist = spec.histogram(rc, sli)
+    labels = {hist.model_label: model} if hist.model_label is not None else {}
+    labels.update(satisfying_labels(hist.matchers))
+    labels[hist.engine_label] = ENGINE
+    return labels
+
+
+def _le_text(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> str:
+    scale = spec.histogram(rc, sli).scale
+    return format_le(seconds if scale == 1.0 else round(seconds / scale, 9))
+
+
 def _histogram_inputs(
     spec: Spec, model: str, rc: RequestClass, sli: Sli, scenario: Scenario | None, minutes: int
 ) -> tuple[list[dict[str, str]], list[float]]:
     """Input series of one histogram; returns them and the cumulative per-minute counts (+Inf last)."""
-    bounds = spec.buckets(sli)
-    name = spec.metrics.latency[sli]
-    base = _raw_labels(spec, model, rc)
+    bounds = spec.histogram_buckets(rc, sli)
+    name = spec.histogram(rc, sli).name
+    base = _histogram_labels(spec, model, rc, sli)
     if scenario is None:
         per_bucket = [0.0] * (len(bounds) + 1)
     else:
@@ -168,7 +202,7 @@ def _histogram_inputs(
     cumulative = [sum(per_bucket[: i + 1]) for i in range(len(per_bucket))]
     out = []
     for i, bound in enumerate([*bounds, math.inf]):
-        le = "+Inf" if math.isinf(bound) else format_le(bound)
+        le = "+Inf" if math.isinf(bound) else _le_text(spec, rc, sli, bound)
         out.append({"series": selector(f"{name}_bucket", [(k, "=", v) for k, v in {**base, "le": le}.items()]),
                     "values": _series_values(cumulative[i], minutes)})  # fmt: skip
     out.append({"series": selector(f"{name}_count", [(k, "=", v) for k, v in base.items()]),
@@ -178,7 +212,9 @@ def _histogram_inputs(
 
 def _requests_input(spec: Spec, model: str, rc: RequestClass, per_minute: float, minutes: int) -> dict[str, str]:
     metrics = spec.metrics
-    labels = {**_raw_labels(spec, model, rc), metrics.finish_reason_label: "stop"}
+    labels = _raw_labels(spec, model, rc)
+    if metrics.finish_reason_label:
+        labels[metrics.finish_reason_label] = "stop"
     return {
         "series": selector(metrics.requests_finished, [(k, "=", v) for k, v in labels.items()]),
         "values": _series_values(per_minute, minutes),
@@ -198,7 +234,7 @@ def _alerting_thresholds(spec: Spec, rc: RequestClass, sli: Sli) -> list[float]:
 def _healthy_bucket(spec: Spec, rc: RequestClass, sli: Sli) -> int:
     """The highest bucket whose upper bound is at or under every alerting threshold of the SLI."""
     limit = min(_alerting_thresholds(spec, rc, sli), default=math.inf)
-    bounds = spec.buckets(sli)
+    bounds = spec.histogram_buckets(rc, sli)
     fitting = [i for i, b in enumerate(bounds) if b <= limit + 1e-12]
     return fitting[-1] if fitting else 0
 
@@ -297,7 +333,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     requests_seen: set[tuple[str, str]] = set()
     quiet_consistency = list(consistency)
     for rc, sli, slo, model in slos:
-        bounds = spec.buckets(sli)
+        bounds = spec.histogram_buckets(rc, sli)
         top = bounds[-1]
         labels = _slo_series_labels(spec, model, rc, sli)
         for rule in all_rules:
@@ -447,16 +483,18 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     if not rules:
         return []
     minutes = _minutes_for(rules)
-    model_label = spec.metrics.model_label
 
     def value(rule: AlertRule) -> tuple[float, dict[str, str]]:
-        return 1.0, {model_label: rule.model or ""}
+        # absent() returns the selector's equality matchers as labels.
+        _, matchers = alerts_mod.absent_series(spec, rule.model or "")
+        return 1.0, {label: v for label, op, v in matchers if op == "="}
 
     present = []
     idle = []
     for rule in rules:
-        metric, _ = alerts_mod.absent_metric(spec, rule.model or "")
-        series = selector(metric, [(model_label, "=", rule.model or ""), ("engine", "=", ENGINE)])
+        metric, matchers = alerts_mod.absent_series(spec, rule.model or "")
+        labels = satisfying_labels(matchers)
+        series = selector(metric, [*((k, "=", v) for k, v in labels.items()), ("engine", "=", ENGINE)])
         present.append({"series": series, "values": _series_values(RPM, minutes)})
         idle.append({"series": series, "values": _series_values(0, minutes)})
     end = minutes * 60 - 120

@@ -128,9 +128,13 @@ def _raw_matchers(spec: Spec, models: Iterable[str], request_class: RequestClass
 def _aggregate(spec: Spec, op: str, inner: str, labels: Iterable[str]) -> str:
     """`op by (labels) (inner)` in the source's label names, then renamed to slokit's (`model_name` -> `model`)."""
     metrics = spec.metrics
-    names = [metrics.model_label if label == schema.RULE_LABEL_MODEL else label for label in labels]
-    expr = f"{op} {promql.by(names)} ({inner})"
-    return promql.rename_label(expr, metrics.model_label, schema.RULE_LABEL_MODEL)
+    own = {schema.RULE_LABEL_MODEL: metrics.model_label, schema.RULE_LABEL_ENGINE: metrics.engine_label}
+    labels = list(labels)
+    names = [own.get(label, label) for label in labels]
+    expr = promql.rename_label(f"{op} {promql.by(names)} ({inner})", metrics.model_label, schema.RULE_LABEL_MODEL)
+    if schema.RULE_LABEL_ENGINE in labels:
+        expr = promql.rename_label(expr, metrics.engine_label, schema.RULE_LABEL_ENGINE)
+    return expr
 
 
 def _with_class(spec: Spec, request_class: RequestClass, expr: str) -> str:
@@ -138,6 +142,50 @@ def _with_class(spec: Spec, request_class: RequestClass, expr: str) -> str:
     if spec.metrics.class_label is not None:
         return expr
     return f'label_replace({expr}, "{schema.RULE_LABEL_CLASS}", {promql.quote(request_class.name)}, "", "")'
+
+
+def _histogram_matchers(spec: Spec, rc: RequestClass, sli: Sli, *extra: Matcher) -> list[Matcher]:
+    """Matchers of one class's SLI histogram: its model label over the class's models, then its own selector."""
+    hist = spec.histogram(rc, sli)
+    matchers: list[Matcher] = []
+    if hist.model_label is not None:
+        matchers.append(one_of(hist.model_label, sorted(set(rc.models))))
+    return [*matchers, *hist.matchers, *extra]
+
+
+def _histogram_sum(spec: Spec, rc: RequestClass, sli: Sli, inner: str, group: Iterable[str]) -> str:
+    """`sum by (group) (inner)` over one class's SLI histogram, its labels renamed to slokit's (model, engine,
+    class): the source's label names, a custom histogram's own, or written on when the series lack them."""
+    hist = spec.histogram(rc, sli)
+    class_label = spec.metrics.class_label if rc.slos[sli].metric is None else None
+    names: list[str] = []
+    for label in group:
+        if label == schema.RULE_LABEL_MODEL:
+            if hist.model_label is not None:
+                names.append(hist.model_label)
+        elif label == schema.RULE_LABEL_ENGINE:
+            names.append(hist.engine_label)
+        elif label == schema.RULE_LABEL_CLASS:
+            if class_label is not None:
+                names.append(class_label)
+        else:
+            names.append(label)
+    expr = f"sum {promql.by(names)} ({inner})"
+    if hist.model_label is not None:
+        expr = promql.rename_label(expr, hist.model_label, schema.RULE_LABEL_MODEL)
+    else:
+        expr = f'label_replace({expr}, "{schema.RULE_LABEL_MODEL}", {promql.quote(rc.models[0])}, "", "")'
+    if schema.RULE_LABEL_ENGINE in group:
+        expr = promql.rename_label(expr, hist.engine_label, schema.RULE_LABEL_ENGINE)
+    if class_label is None:
+        expr = f'label_replace({expr}, "{schema.RULE_LABEL_CLASS}", {promql.quote(rc.name)}, "", "")'
+    return expr
+
+
+def threshold_le(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> Matcher:
+    """The `le` matcher of a threshold in the histogram's own unit (500 for 0.5 s on a millisecond histogram)."""
+    scale = spec.histogram(rc, sli).scale
+    return le_matcher(seconds if scale == 1.0 else round(seconds / scale, 9))
 
 
 def _union(terms: Iterable[str]) -> str:
@@ -159,19 +207,41 @@ def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
         for rc in spec.classes:
             if sli not in rc.slos:
                 continue
-            raw = selector(spec.metrics.latency[sli] + "_bucket", _raw_matchers(spec, rc.models, rc))
-            group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_ENGINE, "le"]
-            if spec.metrics.class_label is not None:
-                group.insert(1, schema.RULE_LABEL_CLASS)
-            terms.append(_with_class(spec, rc, _aggregate(spec, "sum", f"rate({raw}[5m])", group)))
+            raw = selector(spec.histogram(rc, sli).name + "_bucket", _histogram_matchers(spec, rc, sli))
+            group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_ENGINE, "le"]
+            terms.append(_histogram_sum(spec, rc, sli, f"rate({raw}[5m])", group))
         if terms:
             labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_SLO: sli.value}
             rules.append(RecordingRule(schema.RECORD_LATENCY_BUCKET_RATE, _union(terms), labels))
     return rules
 
 
+def _own_histogram_rate(spec: Spec, rc: RequestClass) -> str | None:
+    """Requests/s of a class whose SLOs all read their own histograms (the source's request counter may not
+    exist): the `+Inf` bucket rate of a per-request SLI (not ITL, which counts tokens)."""
+    if not rc.slos or any(slo.metric is None for slo in rc.slos.values()):
+        return None
+    sli = next((s for s in rc.slos if s is not Sli.ITL), next(iter(rc.slos)))
+    rates = selector(
+        schema.RECORD_LATENCY_BUCKET_RATE,
+        [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value), INF_MATCHER],
+    )
+    return f"sum by ({schema.RULE_LABEL_MODEL}, {schema.RULE_LABEL_CLASS}) ({rates})"
+
+
 def _request_rate_rules(spec: Spec) -> list[RecordingRule]:
     metrics = spec.metrics
+    own = {rc.name: _own_histogram_rate(spec, rc) for rc in spec.classes}
+    if any(own.values()):
+        terms = []
+        for rc in spec.classes:
+            term = own[rc.name]
+            if term is None:
+                raw = selector(metrics.requests_finished, _raw_matchers(spec, rc.models, rc))
+                group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if metrics.class_label else [])
+                term = _with_class(spec, rc, _aggregate(spec, "sum", f"rate({raw}[5m])", group))
+            terms.append(term)
+        return [RecordingRule(schema.RECORD_REQUEST_RATE, _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})]
     if metrics.class_label is not None:
         raw = selector(
             metrics.requests_finished,
@@ -195,19 +265,43 @@ def _quantile_rules(spec: Spec) -> list[RecordingRule]:
         for slo in rc.slos.values():
             for tier in ("target", "acceptable", "critical"):
                 quantiles.update(PERCENTILES[p] for p in slo.tiers.tier(tier))
-    rates = selector(schema.RECORD_LATENCY_BUCKET_RATE, [_service(spec)])
-    totals = selector(schema.RECORD_LATENCY_BUCKET_RATE, [_service(spec), INF_MATCHER])
+    # Histograms in another unit than seconds (unit: ms) get their own rules, scaled back to seconds.
+    scaled = [
+        (rc, sli, spec.histogram(rc, sli).scale)
+        for rc in spec.classes
+        for sli in rc.slos
+        if spec.histogram(rc, sli).scale != 1.0
+    ]
+    parts: list[tuple[list[Matcher], float]] = [([_service(spec)], 1.0)]
+    for rc, sli, scale in scaled:
+        parts.append(
+            ([_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value)], scale)
+        )
+    others = " or ".join(
+        f"group by ({schema.RULE_LABEL_CLASS}, {schema.RULE_LABEL_SLO}) "
+        f"({selector(schema.RECORD_LATENCY_BUCKET_RATE, matchers)})"
+        for matchers, _ in parts[1:]
+    )
     rules: list[RecordingRule] = []
     for record, extra in ((schema.RECORD_LATENCY_QUANTILE, ()), (schema.RECORD_ENGINE_LATENCY_QUANTILE, ("engine",))):
         keys = [*SLO_LABELS, *extra]
         on = f"on ({', '.join(keys)})"
         for q in sorted(quantiles):
-            # Only where the window saw requests: histogram_quantile of all-zero buckets is NaN.
-            expr = (
-                f"histogram_quantile({number(q)}, sum {promql.by([*keys, 'le'])} ({rates}) "
-                f"and {on} (sum {promql.by(keys)} ({totals}) > 0))"
-            )
-            rules.append(RecordingRule(record, expr, {"quantile": number(q)}))
+            exprs = []
+            for matchers, scale in parts:
+                rates = selector(schema.RECORD_LATENCY_BUCKET_RATE, matchers)
+                totals = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, INF_MATCHER])
+                # Only where the window saw requests: histogram_quantile of all-zero buckets is NaN.
+                expr = (
+                    f"histogram_quantile({number(q)}, sum {promql.by([*keys, 'le'])} ({rates}) "
+                    f"and {on} (sum {promql.by(keys)} ({totals}) > 0))"
+                )
+                if scale != 1.0:
+                    expr = f"{expr} * {number(scale)}"
+                elif others:
+                    expr = f"({expr}\nunless on ({schema.RULE_LABEL_CLASS}, {schema.RULE_LABEL_SLO}) ({others}))"
+                exprs.append(expr)
+            rules.append(RecordingRule(record, _union(exprs), {"quantile": number(q)}))
     return rules
 
 
@@ -236,7 +330,7 @@ def _base_window_rules(spec: Spec) -> list[RecordingRule]:
         assert objective is not None
         base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value)]
         total = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, INF_MATCHER])
-        good = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, le_matcher(objective.threshold)])
+        good = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, threshold_le(spec, rc, sli, objective.threshold)])
         by = promql.by(SLO_LABELS)
         totals.append(f"sum {by} ({total}) * {seconds}")
         goods.append(f"sum {by} ({good}) * {seconds}")
@@ -263,16 +357,11 @@ def _raw_window(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> Rec
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        suffix = "_bucket"
-        matchers = _raw_matchers(spec, rc.models, rc)
-        if name is schema.record_sli_total:
-            matchers.append(INF_MATCHER)
-        else:
-            matchers.append(le_matcher(objective.threshold))
-        raw = selector(spec.metrics.latency[sli] + suffix, matchers)
-        group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if spec.metrics.class_label else [])
-        expr = _aggregate(spec, "sum", f"increase({raw}[{prom_duration(plan.window)}])", group)
-        terms.append(f'label_replace({_with_class(spec, rc, expr)}, "slo", "{sli.value}", "", "")')
+        le = INF_MATCHER if name is schema.record_sli_total else threshold_le(spec, rc, sli, objective.threshold)
+        raw = selector(spec.histogram(rc, sli).name + "_bucket", _histogram_matchers(spec, rc, sli, le))
+        group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS]
+        expr = _histogram_sum(spec, rc, sli, f"increase({raw}[{prom_duration(plan.window)}])", group)
+        terms.append(f'label_replace({expr}, "slo", "{sli.value}", "", "")')
     return RecordingRule(name(w(plan.window)), _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})
 
 

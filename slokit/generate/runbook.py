@@ -734,9 +734,9 @@ class _Builder:
                         f"sum by ({vllm_model}) (rate({schema.VLLM_SPEC_DECODE_DRAFT_TOKENS}[{RATE_WINDOW}]))",
                     ),
                     Query(
-                        "TPOT p99 per model",
+                        "TPOT p99 per model" if Sli.TPOT in m.latency else "ITL p99 per model",
                         f"histogram_quantile(0.99, sum by (le, {m.model_label}) "
-                        f"(rate({m.latency[Sli.TPOT]}_bucket[{RATE_WINDOW}])))",
+                        f"(rate({m.latency.get(Sli.TPOT, m.latency[Sli.ITL])}_bucket[{RATE_WINDOW}])))",
                     ),
                 ),
             )
