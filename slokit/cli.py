@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from slokit import __version__
-from slokit.commands import demo, exporter, generate, plan, probe, spec_commands
+from slokit.commands import demo, exporter, generate, interop, plan, probe, spec_commands
 
 app = typer.Typer(
     name="slokit",
@@ -44,7 +44,7 @@ def _root(
     """Latency SLOs for LLM serving."""
 
 
-for module in (spec_commands, generate, exporter, probe, plan, demo):
+for module in (spec_commands, generate, interop, exporter, probe, plan, demo):
     module.register(app)
 
 
