@@ -19,6 +19,7 @@ gateway's, another engine's, or one imported from a Pyrra/Sloth/OpenSLO file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -238,6 +239,30 @@ SGLANG_METRICS: Final = SourceMetrics(
 )
 
 
+def _tgi_duration_buckets() -> tuple[float, ...]:
+    # router/src/server.rs: 35 buckets, value = 0.0001 then value *= 1.5 before each push (f64, in this order, so
+    # the floats and their `le` spellings are the ones TGI writes).
+    value, out = 0.0001, []
+    for _ in range(35):
+        value *= 1.5
+        out.append(value)
+    return tuple(out)
+
+
+# Hugging Face text-generation-inference (TGI) router metrics (router/src/server.rs). TGI is not a `source:` preset:
+# its /metrics has no model label (one model per server), no TTFT histogram and no KV-cache usage gauge. Its
+# histograms are named per SLO (`metric: {histogram: tgi_request_duration}`); every `*_duration` histogram has the
+# same buckets, which slokit then knows for the alignment check.
+TGI_DURATION_BUCKETS: Final = _tgi_duration_buckets()
+TGI_HISTOGRAMS: Final = MappingProxyType(
+    {
+        Sli.E2E: "tgi_request_duration",  # whole request, validation to last token
+        Sli.TPOT: "tgi_request_mean_time_per_token_duration",  # per request: decode time / generated tokens
+    }
+)
+TGI_QUEUE_HISTOGRAM: Final = "tgi_request_queue_duration"
+
+
 @dataclass(frozen=True)
 class CustomHistogram:
     """A latency histogram an SLO names itself (`metric: {histogram: ...}`): any engine's, a gateway's, imported.
@@ -253,6 +278,15 @@ class CustomHistogram:
     scale: float = 1.0
     buckets: tuple[float, ...] | None = None
     engine_label: str = "instance"
+
+    def le_for(self, seconds: float) -> float:
+        """The `le` value (in the histogram's unit) of a threshold: the declared boundary it names when there is
+        one (TGI's boundaries such as 0.33252567300796504 s are written 332.526ms in a spec), else the threshold."""
+        for bound in self.buckets or ():
+            if math.isclose(bound, seconds, rel_tol=1e-4):
+                seconds = bound
+                break
+        return seconds if self.scale == 1.0 else round(seconds / self.scale, 9)
 
 
 # slokit's exporter. Names follow prometheus.io's naming rules: `slokit_` prefix, base units, no colons

@@ -557,6 +557,14 @@ class _Checker:
         try:
             return Source(value)
         except ValueError:
+            if value == "tgi":
+                self.error(
+                    ("source",),
+                    "'tgi' is not a source preset: TGI's /metrics has no model label, TTFT histogram or KV-cache "
+                    "gauge; keep the source and name TGI's histograms per SLO, e.g. e2e: {metric: {histogram: "
+                    "tgi_request_duration}} or tpot: {metric: {histogram: tgi_request_mean_time_per_token_duration}}",
+                )
+                return Source.SLOKIT
             self.error(
                 ("source",),
                 f"{value!r} is not a source; use 'slokit' (slokit's exporter), 'vllm' or 'sglang' (the engine's own "
@@ -810,6 +818,8 @@ class _Checker:
             return None
         scale = 0.001 if unit == "ms" else 1.0
         seconds = tuple(b * scale for b in buckets) if buckets else None
+        if seconds is None and name is not None and name.startswith("tgi_") and name.endswith("_duration"):
+            seconds = schema.TGI_DURATION_BUCKETS  # TGI sets these on every *_duration histogram
         return schema.CustomHistogram(name, model_label, tuple(matchers), scale, seconds, engine_label)
 
     def _label_name(self, value: Any, path: Path) -> str | None:
@@ -1091,7 +1101,7 @@ class _Checker:
             for pct, seconds in slo.tiers.tier(tier).items():
                 places.append(((*path, "tiers", tier, pct), seconds))
         for fpath, seconds in places:
-            if any(math.isclose(seconds, b, rel_tol=1e-9) for b in bounds):
+            if any(math.isclose(seconds, b, rel_tol=1e-4) for b in bounds):
                 continue
             below, above = _neighbours(bounds, seconds)
             near = " and ".join(format_duration(b) for b in (below, above) if b is not None)

@@ -188,3 +188,35 @@ def test_custom_histogram_without_model_label_needs_one_model() -> None:
     text = spec.replace("models: [m1]", "models: [m1, m2]")
     with pytest.raises(SpecError, match="can serve only one model"):
         load_spec_text(text)
+
+
+TGI = DATA / "tgi.yaml"
+
+
+@pytest.mark.prometheus
+def test_tgi_histograms_without_model_label_page_on_slow_requests(tmp_path: Path, promtool_path: str) -> None:
+    """TGI writes no model label and its own float spellings of 0.0001 x 1.5^k (router/src/server.rs)."""
+    rules, tests = _rules(TGI, tmp_path)
+    assert run_rule_tests([tests]).ok
+    page = _firing("SlokitErrorBudgetBurn", slo="e2e", long="1h", model="mistral-7b", class_="batch")
+    page = page.replace("class_=", "class=")
+
+    def series(good: float) -> list[dict[str, str]]:
+        out = []
+        for le, count in (("0.7481827642679213", 0), ("1.122274146401882", good), ("1.683411219602823", 30),
+                          ("+Inf", 30)):  # fmt: skip
+            out.append({"series": f'tgi_request_duration_bucket{{instance="tgi-0:80",le="{le}"}}',
+                        "values": f"0+{count}x40"})  # fmt: skip
+        out.append({"series": 'tgi_request_duration_count{instance="tgi-0:80"}', "values": "0+30x40"})
+        return out
+
+    result = _run(rules, tmp_path, series(0), [(page, 1)], "20m")
+    assert result.ok, result.output[-3000:]
+    result = _run(rules, tmp_path, series(30), [(page, 0)], "20m")
+    assert result.ok, result.output[-3000:]
+
+
+def test_tgi_threshold_off_its_buckets_names_the_nearest_and_source_tgi_explains() -> None:
+    slos = "      e2e: {metric: {histogram: tgi_request_duration}, objective: {percentile: 95, threshold: 1s}}"
+    assert "nearest are 748.183ms and 1.12227s" in _errors("slokit", slos)
+    assert "name TGI's histograms per SLO" in _errors("tgi", "      e2e: {objective: {percentile: 95, threshold: 1s}}")

@@ -183,8 +183,7 @@ def _histogram_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> dic
 
 
 def _le_text(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> str:
-    scale = spec.histogram(rc, sli).scale
-    return format_le(seconds if scale == 1.0 else round(seconds / scale, 9))
+    return format_le(spec.histogram(rc, sli).le_for(seconds))
 
 
 def _histogram_inputs(

@@ -184,8 +184,7 @@ def _histogram_sum(spec: Spec, rc: RequestClass, sli: Sli, inner: str, group: It
 
 def threshold_le(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> Matcher:
     """The `le` matcher of a threshold in the histogram's own unit (500 for 0.5 s on a millisecond histogram)."""
-    scale = spec.histogram(rc, sli).scale
-    return le_matcher(seconds if scale == 1.0 else round(seconds / scale, 9))
+    return le_matcher(spec.histogram(rc, sli).le_for(seconds))
 
 
 def _union(terms: Iterable[str]) -> str:

@@ -11,6 +11,7 @@ from slokit.schema import Sli
 
 RATIO = "ratio SLI of error counters"
 NATIVE = "native histogram"
+VMRANGE = "VictoriaMetrics histogram_share"
 DIFFERENT = "good selector differs from the total beyond le"
 
 
@@ -43,6 +44,12 @@ def _base(selector: Selector, suffixes: tuple[str, ...]) -> str | None:
 
 
 def _good_bucket(query: Query, role: str) -> Selector:
+    if "histogram_share" in query.functions or any(s.on("vmrange") for s in query.selectors):
+        raise Unsupported(
+            VMRANGE,
+            f"the {role} query reads VictoriaMetrics vmrange buckets with histogram_share "
+            f"({query.text.strip()!r}), a ratio per window rather than counted events",
+        )
     if "histogram_fraction" in query.functions or "histogram_count" in query.functions:
         raise Unsupported(
             NATIVE,
@@ -74,7 +81,6 @@ def _unit(histogram: str) -> tuple[float, tuple[str, ...]]:
 
 def latency(good: object | None, total: object, bad: object | None = None) -> Latency:
     """The latency SLI of a good (or bad) over total pair of queries; raises `Unsupported` naming the construct."""
-    total_q = _parse(total, "total")
     if bad is not None and good is None:
         bad_q = _parse(bad, "bad/error")
         # bad = count - bucket{le}: the good events are that bucket.
@@ -88,6 +94,7 @@ def latency(good: object | None, total: object, bad: object | None = None) -> La
         good_q = _parse(good, "good")
         good_sel = _good_bucket(good_q, "good")
         grouping = good_q.grouping
+    total_q = _parse(total, "total")
     if len(total_q.selectors) != 1:
         raise Unsupported(
             DIFFERENT, f"the total query reads {len(total_q.selectors)} selectors; expected the histogram's _count"

@@ -41,7 +41,7 @@ def documents(spec: Spec) -> list[dict[str, Any]]:
             if hist.model_label is not None:
                 matchers.append(promql.one_of(hist.model_label, sorted(set(rc.models))))
             matchers.extend(hist.matchers)
-            bound = slo.objective.threshold if hist.scale == 1.0 else round(slo.objective.threshold / hist.scale, 9)
+            bound = hist.le_for(slo.objective.threshold)
             good = _query(f"{hist.name}_bucket", [*matchers, ("le", "=", format_le(bound))])
             total = _query(f"{hist.name}_count", matchers)
             name = f"{spec.service}-{rc.name}-{sli.value}"
