@@ -10,10 +10,16 @@ Two sources of request latency exist:
   (configurable only with `--custom-histogram-buckets` from 0.32). No request class.
 * `slokit`: slokit's stat-logger plugin inside vLLM. Labels `model`, `engine`, `class`; buckets placed on the
   spec's thresholds, so every threshold is a boundary by construction.
+* `sglang`: SGLang's own `/metrics` (`--enable-metrics`). `sglang:` names, label `model_name`, fixed default
+  buckets per histogram (changeable per server with `--bucket-time-to-first-token` and friends). No request class.
+
+Any SLO may also read a histogram of its own (`metric: {histogram: ...}` in the spec, `CustomHistogram` below): a
+gateway's, another engine's, or one imported from a Pyrra/Sloth/OpenSLO file.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -25,6 +31,7 @@ class Source(StrEnum):
 
     VLLM = "vllm"
     SLOKIT = "slokit"
+    SGLANG = "sglang"
 
 
 class Sli(StrEnum):
@@ -201,6 +208,116 @@ VLLM_METRICS: Final = SourceMetrics(
     prompt_tokens_histogram="vllm:request_prompt_tokens",
 )
 
+# SGLang's own metrics (python/sglang/srt/metrics/collector.py, TokenizerMetricsCollector and
+# SchedulerMetricsCollector; docs/references/production_metrics.md). Default buckets as that file sets them when
+# the server runs without --bucket-time-to-first-token / --bucket-inter-token-latency / --bucket-e2e-request-latency.
+# SGLang has no per-engine index label: per-replica signals split by the scrape target's `instance`.
+SGLANG_TTFT_BUCKETS: Final = (
+    0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0,
+)  # fmt: skip
+SGLANG_ITL_BUCKETS: Final = (
+    0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4, 0.6,
+    0.8, 1.0, 2.0, 4.0, 6.0, 8.0,
+)  # fmt: skip
+SGLANG_E2E_BUCKETS: Final = (
+    0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0, 600.0,
+    1200.0, 1800.0, 2400.0,
+)  # fmt: skip
+# The server flag that changes each SLI's buckets (named in alignment errors).
+SGLANG_BUCKET_FLAGS: Final = MappingProxyType(
+    {
+        Sli.TTFT: "--bucket-time-to-first-token",
+        Sli.ITL: "--bucket-inter-token-latency",
+        Sli.E2E: "--bucket-e2e-request-latency",
+    }
+)
+SGLANG_BUCKETS: Final = MappingProxyType(
+    {Sli.TTFT: SGLANG_TTFT_BUCKETS, Sli.ITL: SGLANG_ITL_BUCKETS, Sli.E2E: SGLANG_E2E_BUCKETS}
+)
+
+SGLANG_METRICS: Final = SourceMetrics(
+    source=Source.SGLANG,
+    model_label="model_name",
+    engine_label="instance",
+    class_label=None,
+    # SGLang has no per-request time-per-output-token histogram; tpot is not available with source: sglang.
+    latency=MappingProxyType(
+        {
+            Sli.TTFT: "sglang:time_to_first_token_seconds",
+            Sli.ITL: "sglang:inter_token_latency_seconds",
+            Sli.E2E: "sglang:e2e_request_latency_seconds",
+        }
+    ),
+    queue_time="sglang:queue_time_seconds",
+    requests_running="sglang:num_running_reqs",
+    requests_waiting="sglang:num_queue_reqs",
+    kv_cache_usage="sglang:token_usage",  # share of the KV-cache token pool in use, 0..1
+    preemptions="sglang:num_retracted_requests_total",  # SGLang "retracts" a request when the KV cache runs out
+    prompt_tokens="sglang:prompt_tokens_total",
+    generation_tokens="sglang:generation_tokens_total",
+    requests_finished="sglang:num_requests_total",
+    finish_reason_label="",  # SGLang's request counter carries no finish reason
+    prefix_cache_queries=None,
+    prefix_cache_hits=None,
+    prompt_tokens_histogram=None,
+)
+
+
+def _tgi_duration_buckets() -> tuple[float, ...]:
+    # router/src/server.rs: 35 buckets, value = 0.0001 then value *= 1.5 before each push (f64, in this order, so
+    # the floats and their `le` spellings are the ones TGI writes).
+    value, out = 0.0001, []
+    for _ in range(35):
+        value *= 1.5
+        out.append(value)
+    return tuple(out)
+
+
+# Hugging Face text-generation-inference (TGI) router metrics (router/src/server.rs). TGI is not a `source:` preset:
+# its /metrics has no model label (one model per server), no TTFT histogram and no KV-cache usage gauge. Its
+# histograms are named per SLO (`metric: {histogram: tgi_request_duration}`); every `*_duration` histogram has the
+# same buckets, which slokit then knows for the alignment check.
+TGI_DURATION_BUCKETS: Final = _tgi_duration_buckets()
+TGI_HISTOGRAMS: Final = MappingProxyType(
+    {
+        Sli.E2E: "tgi_request_duration",  # whole request, validation to last token
+        Sli.TPOT: "tgi_request_mean_time_per_token_duration",  # per request: decode time / generated tokens
+    }
+)
+TGI_QUEUE_HISTOGRAM: Final = "tgi_request_queue_duration"
+
+
+@dataclass(frozen=True)
+class CustomHistogram:
+    """The histogram one SLO reads, in one shape: a histogram the SLO names itself (`metric: {histogram: ...}`:
+    any engine's, a gateway's, imported) or the source's own (engine or frontend, see `Spec.histogram`).
+
+    `name` is the base name (add `_bucket`, `_count`). `model_label` None: the series carry no model label, and
+    the SLO's (single) model is written onto the recorded series. `matchers` are the histogram's own (a custom
+    histogram's `selector:`, or the source's class label); the spec's `selector:` scope is added by
+    generate/queries.py. `scale` is seconds per unit of `le` (0.001 for a millisecond histogram). `buckets` in
+    seconds, when known (alignment is then checked). `engine_label` None: the series carry no per-engine label
+    (slokit's frontend histograms). `class_label` None: the series carry no class, which is written on.
+    """
+
+    name: str
+    model_label: str | None
+    matchers: tuple[tuple[str, str, str], ...]  # (label, op, value), op one of = != =~ !~
+    scale: float = 1.0
+    buckets: tuple[float, ...] | None = None
+    engine_label: str | None = "instance"
+    class_label: str | None = None
+
+    def le_for(self, seconds: float) -> float:
+        """The `le` value (in the histogram's unit) of a threshold: the declared boundary it names when there is
+        one (TGI's boundaries such as 0.33252567300796504 s are written 332.526ms in a spec), else the threshold."""
+        for bound in self.buckets or ():
+            if math.isclose(bound, seconds, rel_tol=1e-4):
+                seconds = bound
+                break
+        return seconds if self.scale == 1.0 else round(seconds / self.scale, 9)
+
+
 # slokit's exporter. Names follow prometheus.io's naming rules: `slokit_` prefix, base units, no colons
 # (vLLM unregisters every collector whose name starts with `vllm:` when an engine starts).
 SLOKIT_METRICS: Final = SourceMetrics(
@@ -266,6 +383,8 @@ CLASS_HEADER: Final = "x-slokit-class"  # HTTP header clients set to name their 
 
 def metrics_for(source: Source) -> SourceMetrics:
     """The metric table for a source."""
+    if source is Source.SGLANG:
+        return SGLANG_METRICS
     return VLLM_METRICS if source is Source.VLLM else SLOKIT_METRICS
 
 

@@ -33,11 +33,12 @@ from slokit.yamlloc import LoadedYaml, Location, Path, YamlLocationError, load_y
 SPEC_VERSION: Final = "slokit/v1"
 PERCENTILES: Final = MappingProxyType({"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p99.9": 0.999})
 TIER_NAMES: Final = ("target", "acceptable", "critical")
+METRIC_NAME_RE: Final = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+LABEL_NAME_RE: Final = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 SECRET_NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # also a certificate DNS name
 HEADER_VALUE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 RUNBOOK_PLACEHOLDERS: Final = frozenset({"service", "alert"})
-LABEL_NAME_RE: Final = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Labels a `selector:` may not pin: slokit matches them itself per model, class and bucket.
 SELECTOR_RESERVED: Final = frozenset({"model", "model_name", "class", "le", "engine"})
 
@@ -175,6 +176,8 @@ class SloSpec:
     # Where the SLI is measured (schema.MeasuredAt): the API server's ASGI layer sees time an overloaded server
     # holds a request before the engine does; only TTFT and E2E with source slokit can be measured there.
     measured_at: MeasuredAt = MeasuredAt.ENGINE
+    # The SLO's own histogram (`metric:`); None: the source's, where measured_at says. Spec.histogram answers both.
+    metric: schema.CustomHistogram | None = None
 
     def thresholds(self) -> list[float]:
         """Every latency threshold this SLO names (objective and tiers)."""
@@ -397,10 +400,11 @@ class Spec:
         raise KeyError(name)
 
     def latency_metric(self, sli: Sli, request_class: RequestClass | None = None) -> str:
-        """The histogram (base name) an SLI of a class is read from: the frontend's or the engine's."""
-        slo = request_class.slos.get(sli) if request_class is not None else None
-        where = slo.measured_at if slo is not None else MeasuredAt.ENGINE
-        return self.metrics.latency_metric(sli, where)
+        """The histogram (base name) an SLI of a class is read from (see `histogram`); without a class, the
+        source's engine histogram."""
+        if request_class is None:
+            return self.metrics.latency[sli]
+        return self.histogram(request_class, sli).name
 
     def buckets(self, sli: Sli) -> tuple[float, ...]:
         """Histogram boundaries the source exposes for an SLI.
@@ -410,6 +414,8 @@ class Spec:
         """
         if self.source is Source.VLLM:
             return self.vllm.buckets(sli)
+        if self.source is Source.SGLANG:
+            return schema.SGLANG_BUCKETS.get(sli, ())
         values = set(schema.SLOKIT_DEFAULT_BUCKETS[sli])
         for request_class in self.classes:
             slo = request_class.slos.get(sli)
@@ -418,6 +424,35 @@ class Spec:
                 if sli is Sli.TTFT and slo.objective is not None:
                     # The scale-out signal counts requests above this boundary (see generate/alerts.py).
                     values.add(round(slo.objective.threshold * self.alerting.scale_out.fraction_of_slo, 9))
+        return tuple(sorted(values))
+
+    def histogram(self, request_class: RequestClass, sli: Sli) -> schema.CustomHistogram:
+        """Which histogram one class's SLI reads and which label names it carries: the SLO's own `metric:`, or
+        else the source's, at the SLO's `measured_at` (frontend histograms have no engine label). Every generator
+        (rules, alerts, promtool tests, dashboards, runbook) asks this one function."""
+        slo = request_class.slos.get(sli)
+        if slo is not None and slo.metric is not None:
+            return slo.metric
+        m = self.metrics
+        where = slo.measured_at if slo is not None else MeasuredAt.ENGINE
+        frontend = where is MeasuredAt.FRONTEND and sli in m.frontend_latency
+        return schema.CustomHistogram(
+            name=m.latency_metric(sli, where),
+            model_label=m.model_label,
+            matchers=((m.class_label, "=", request_class.name),) if m.class_label is not None else (),
+            buckets=self.buckets(sli),
+            engine_label=None if frontend else m.engine_label,
+            class_label=m.class_label,
+        )
+
+    def histogram_buckets(self, request_class: RequestClass, sli: Sli) -> tuple[float, ...]:
+        """Boundaries (seconds) of one class's SLI histogram; for a custom histogram without declared buckets,
+        the default ladder plus the SLO's thresholds (what `validate --prometheus` checks live)."""
+        hist = self.histogram(request_class, sli)
+        if hist.buckets is not None:
+            return hist.buckets
+        values = set(schema.SLOKIT_DEFAULT_BUCKETS[sli])
+        values.update(request_class.slos[sli].thresholds())
         return tuple(sorted(values))
 
     def classify(self, header: str | None, priority: int | None, prompt_tokens: int | None) -> str:
@@ -614,7 +649,19 @@ class _Checker:
         try:
             return Source(value)
         except ValueError:
-            self.error(("source",), f"{value!r} is not a source; use 'slokit' (slokit's exporter) or 'vllm'")
+            if value == "tgi":
+                self.error(
+                    ("source",),
+                    "'tgi' is not a source preset: TGI's /metrics has no model label, TTFT histogram or KV-cache "
+                    "gauge; keep the source and name TGI's histograms per SLO, e.g. e2e: {metric: {histogram: "
+                    "tgi_request_duration}} or tpot: {metric: {histogram: tgi_request_mean_time_per_token_duration}}",
+                )
+                return Source.SLOKIT
+            self.error(
+                ("source",),
+                f"{value!r} is not a source; use 'slokit' (slokit's exporter), 'vllm' or 'sglang' (the engine's own "
+                "metrics), or name a histogram per SLO with metric: {histogram: ...}",
+            )
             return Source.SLOKIT
 
     def _vllm(self, value: Any, path: Path) -> VllmSettings:
@@ -826,7 +873,7 @@ class _Checker:
         return slos
 
     def _slo(self, sli: Sli, value: Any, path: Path) -> SloSpec | None:
-        data = self.mapping(value, path, ("objective", "tiers", "consistency", "measured_at"))
+        data = self.mapping(value, path, ("objective", "tiers", "consistency", "measured_at", "metric"))
         if isinstance(value, dict) and not ({"objective", "tiers", "consistency"} & value.keys()):
             self.error(path, "give an objective, tiers or a consistency objective; otherwise nothing can alert")
         objective = None
@@ -851,7 +898,15 @@ class _Checker:
                 if ratio is not None:
                     consistency = Consistency(ratio)
         measured_at = self._measured_at(sli, data, path)
-        return SloSpec(sli, objective, tiers, consistency, measured_at)
+        metric = self._metric(data["metric"], (*path, "metric")) if "metric" in data else None
+        if metric is not None and "measured_at" in data:
+            self.error(
+                (*path, "measured_at"),
+                "a custom histogram (metric:) is measured wherever its exporter measures it; drop measured_at",
+            )
+        if metric is not None:
+            measured_at = MeasuredAt.ENGINE  # not the source's frontend histogram; its labels are metric:'s
+        return SloSpec(sli, objective, tiers, consistency, measured_at, metric)
 
     def _measured_at(self, sli: Sli, data: dict[str, Any], path: Path) -> MeasuredAt:
         """`measured_at`: frontend (default for TTFT and E2E with source slokit) or engine."""
@@ -874,6 +929,73 @@ class _Checker:
             self.error((*path, "measured_at"), f"{sli.value} cannot be measured at the frontend ({why}); use engine")
             return MeasuredAt.ENGINE
         return where
+
+    def _metric(self, value: Any, path: Path) -> schema.CustomHistogram | None:
+        data = self.mapping(
+            value, path, ("histogram", "model_label", "selector", "unit", "buckets", "engine_label"), ("histogram",)
+        )
+        name = (
+            self.string(data["histogram"], (*path, "histogram"), METRIC_NAME_RE, "metric name")
+            if ("histogram" in data)
+            else None
+        )
+        if name is not None and name.endswith(("_bucket", "_count", "_sum")):
+            self.error((*path, "histogram"), f"{name!r}: give the base name, without _bucket, _count or _sum")
+            name = None
+        model_label = self.get(data, "model_label", path, self._label_name, None)
+        engine_label = self.get(data, "engine_label", path, self._label_name, "instance")
+        matchers: list[tuple[str, str, str]] = []
+        if "selector" in data:
+            spath = (*path, "selector")
+            raw = data["selector"]
+            if not isinstance(raw, dict):
+                self.error(spath, f"must be a mapping of label to value (prefix =~, != or !~ for other matchers), "
+                                  f"not {_kind(raw)}")  # fmt: skip
+            else:
+                for key, item in raw.items():
+                    matcher = self._matcher(key, item, (*spath, key))
+                    if matcher is not None:
+                        matchers.append(matcher)
+        unit = data.get("unit", "s")
+        if unit not in ("s", "ms"):
+            self.error((*path, "unit"), f"{unit!r} is not a histogram unit; use s (seconds) or ms (milliseconds)")
+            unit = "s"
+        buckets = self._bucket_list(data["buckets"], (*path, "buckets")) if "buckets" in data else None
+        if name is None:
+            return None
+        scale = 0.001 if unit == "ms" else 1.0
+        seconds = tuple(b * scale for b in buckets) if buckets else None
+        if seconds is None and name is not None and name.startswith("tgi_") and name.endswith("_duration"):
+            seconds = schema.TGI_DURATION_BUCKETS  # TGI sets these on every *_duration histogram
+        return schema.CustomHistogram(name, model_label, tuple(matchers), scale, seconds, engine_label)
+
+    def _label_name(self, value: Any, path: Path) -> str | None:
+        text = self.string(value, path, LABEL_NAME_RE, "Prometheus label name")
+        if text is not None and (text.startswith("__") or text == "le"):
+            self.error(path, f"{text!r} cannot be used here (reserved label)")
+            return None
+        return text
+
+    def _matcher(self, key: Any, value: Any, path: Path) -> tuple[str, str, str] | None:
+        label = self._label_name(key, path)
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            self.error(path, f"must be a label value (string), not {_kind(value)}")
+            return None
+        text = str(value)
+        op = "="
+        for prefix in ("=~", "!~", "!="):
+            if text.startswith(prefix):
+                op, text = prefix, text[len(prefix) :]
+                break
+        if label == "le":
+            return None
+        if op in ("=~", "!~"):
+            try:
+                re.compile(text)
+            except re.error as exc:
+                self.error(path, f"{text!r} is not a valid regular expression ({exc})")
+                return None
+        return None if label is None else (label, op, text)
 
     def _tiers(self, value: Any, path: Path) -> Tiers:
         data = self.mapping(value, path, TIER_NAMES)
@@ -1045,6 +1167,7 @@ class _Checker:
                 return None
             out.append(item)
         return tuple(out)
+
     def _alert_tiers(self, value: Any, path: Path) -> tuple[tuple[TierCell, ...], tuple[TierCell, ...]]:
         """`tiers: {page: [critical.p50], ticket: [acceptable.p95, acceptable.p99]}`: which cells alert."""
         data = self.mapping(value, path, ("page", "ticket"))
@@ -1178,6 +1301,60 @@ class _Checker:
             self.error(("alerting", "baseline", "offset"), "baseline offset is far longer than the SLO window")
         if source is Source.VLLM:
             self._vllm_checks(vllm, classes, top)
+        self._histogram_checks(source, classes)
+
+    def _histogram_checks(self, source: Source, classes: tuple[RequestClass, ...]) -> None:
+        """Custom histograms: one model when they carry no model label; declared buckets hold the thresholds.
+        Engine sources: the SLI exists in that engine, and (SGLang) thresholds sit on its bucket boundaries."""
+        metrics = schema.metrics_for(source)
+        for index, request_class in enumerate(classes):
+            for sli, slo in request_class.slos.items():
+                path: Path = ("classes", index, "slos", sli.value)
+                if slo.metric is not None:
+                    if slo.metric.model_label is None and len(request_class.models) != 1:
+                        self.error(
+                            (*path, "metric"),
+                            f"a histogram without model_label can serve only one model, but classes[{index}] runs "
+                            f"on {len(request_class.models)}; set model_label or give the class one model",
+                        )
+                    if slo.metric.buckets is not None:
+                        self._check_bounds(
+                            slo, path, slo.metric.buckets, f"the declared buckets of {slo.metric.name}",
+                            "or add the threshold to the histogram's buckets (and to metric.buckets)",
+                        )  # fmt: skip
+                    continue
+                if sli not in metrics.latency:
+                    self.error(
+                        path,
+                        f"source {source.value} exposes no {schema.SLI_TITLES[sli]} histogram; drop this SLO or "
+                        "name a histogram with metric: {histogram: ...}",
+                        at_key=True,
+                    )
+                elif source is Source.SGLANG:
+                    flag = schema.SGLANG_BUCKET_FLAGS[sli]
+                    self._check_bounds(
+                        slo, path, schema.SGLANG_BUCKETS[sli], f"SGLang's default {metrics.latency[sli]} buckets",
+                        f"or start SGLang with {flag} listing it and name the histogram with metric: "
+                        "{histogram: ..., buckets: [...]}",
+                    )  # fmt: skip
+
+    def _check_bounds(self, slo: SloSpec, path: Path, bounds: tuple[float, ...], what: str, how: str) -> None:
+        places: list[tuple[Path, float]] = []
+        if slo.objective is not None:
+            places.append(((*path, "objective", "threshold"), slo.objective.threshold))
+        for tier in TIER_NAMES:
+            for pct, seconds in slo.tiers.tier(tier).items():
+                places.append(((*path, "tiers", tier, pct), seconds))
+        for fpath, seconds in places:
+            if any(math.isclose(seconds, b, rel_tol=1e-4) for b in bounds):
+                continue
+            below, above = _neighbours(bounds, seconds)
+            near = " and ".join(format_duration(b) for b in (below, above) if b is not None)
+            self.error(
+                fpath,
+                f"{slo.sli.value} threshold {format_duration(seconds)} is not a bucket boundary of {what}, so the "
+                f"SLI cannot be counted exactly; nearest are {near}; use one of those, {how}",
+            )
 
     def _vllm_checks(self, vllm: VllmSettings, classes: tuple[RequestClass, ...], top: dict[str, Any]) -> None:
         owner: dict[str, int] = {}
@@ -1195,7 +1372,8 @@ class _Checker:
         off: list[tuple[Sli, Path, float]] = []
         for index, request_class in enumerate(classes):
             for sli, slo in request_class.slos.items():
-                off.extend(self._off_bucket(vllm, sli, slo, ("classes", index, "slos", sli.value)))
+                if slo.metric is None:  # a custom histogram's buckets are checked in _histogram_checks
+                    off.extend(self._off_bucket(vllm, sli, slo, ("classes", index, "slos", sli.value)))
         # One flag for the whole spec: every off-bucket threshold of a family merged into that family's list, so
         # the user runs vLLM with one --custom-histogram-buckets value, not one per threshold.
         merged: dict[str, set[float]] = {}

@@ -363,10 +363,13 @@ def traffic_guard(spec: Spec, matchers: list[Matcher]) -> str:
     return f"sum by ({', '.join(_SLO_KEYS)}) ({total}) * {number(BASE_SECONDS)} >= {spec.alerting.min_requests}"
 
 
-def fraction_within(matchers: list[Matcher], seconds: float) -> str:
-    """Share of the last 5m's requests at or under `seconds` (a bucket boundary): an exact count, no interpolation."""
+def fraction_within(matchers: list[Matcher], seconds: float, hist: schema.CustomHistogram | None = None) -> str:
+    """Share of the last 5m's requests at or under `seconds` (a bucket boundary): an exact count, no interpolation.
+
+    `hist` (Spec.histogram of the SLO) spells the boundary in the histogram's own `le` (unit, declared buckets)."""
     by = f"sum by ({', '.join(_SLO_KEYS)})"
-    good = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, le_matcher(seconds)])
+    le = le_matcher(hist.le_for(seconds) if hist is not None else seconds)
+    good = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, le])
     total = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, INF_MATCHER])
     return f"{by} ({good})\n/ {by} ({total})"
 
@@ -397,7 +400,8 @@ def _tier_alerts(b: _Builder) -> None:
                     q = PERCENTILES[cell.percentile]
                     for model in rc.models:
                         m = _slo_matchers(spec, model, rc, sli)
-                        expr = f"(\n{fraction_within(m, seconds)}\n) < {number(q)}\nand {on}\n{traffic_guard(spec, m)}"
+                        within = fraction_within(m, seconds, spec.histogram(rc, sli))
+                        expr = f"(\n{within}\n) < {number(q)}\nand {on}\n{traffic_guard(spec, m)}"
                         description = (
                             f"Only {{{{ $value | humanizePercentage }}}} of {rc.name} requests on {model} had a "
                             f"{SLI_TITLES[sli]} within {format_duration(seconds)} over the last 5m, so "
@@ -454,8 +458,9 @@ def scale_out_boundary(spec: Spec, request_class: RequestClass) -> float:
     slo = request_class.slos[Sli.TTFT]
     assert slo.objective is not None
     wanted = slo.objective.threshold * spec.alerting.scale_out.fraction_of_slo
-    bounds = [b for b in spec.buckets(Sli.TTFT) if b <= wanted * (1 + 1e-9)]
-    return max(bounds) if bounds else min(spec.buckets(Sli.TTFT))
+    buckets = spec.histogram_buckets(request_class, Sli.TTFT)
+    bounds = [b for b in buckets if b <= wanted * (1 + 1e-9)]
+    return max(bounds) if bounds else min(buckets)
 
 
 def _scale_out_alerts(b: _Builder) -> None:
@@ -573,13 +578,32 @@ def _consistency_alerts(b: _Builder) -> None:
                 )  # fmt: skip
 
 
-def absent_metric(spec: Spec, model: str) -> tuple[str, Sli]:
-    """The raw histogram whose absence means a model's latency cannot be measured (its first SLI's `_count`)."""
+def _first_histogram(spec: Spec, model: str) -> tuple[RequestClass, Sli] | None:
     for rc in spec.classes:
         if model in rc.models and rc.slos:
-            sli = next(iter(rc.slos))
-            return spec.latency_metric(sli, rc) + "_count", sli
-    return spec.metrics.latency[Sli.TTFT] + "_count", Sli.TTFT
+            return rc, next(iter(rc.slos))
+    return None
+
+
+def absent_metric(spec: Spec, model: str) -> tuple[str, Sli]:
+    """The raw histogram whose absence means a model's latency cannot be measured (its first SLI's `_count`)."""
+    first = _first_histogram(spec, model)
+    if first is None:
+        return spec.metrics.latency[Sli.TTFT] + "_count", Sli.TTFT
+    rc, sli = first
+    return spec.histogram(rc, sli).name + "_count", sli
+
+
+def absent_series(spec: Spec, model: str) -> tuple[str, list[Matcher]]:
+    """The raw `_count` series (name, matchers) of a model's first SLI histogram (Spec.histogram), with the spec's
+    scope and the histogram's own selector (a custom histogram's), not the source's class label (any class keeps
+    it present)."""
+    q = queries.Queries(spec)
+    first = _first_histogram(spec, model)
+    if first is None:
+        return spec.metrics.latency[Sli.TTFT] + "_count", q.raw_matchers(model)
+    rc, sli = first
+    return spec.histogram(rc, sli).name + "_count", q.histogram_matchers(rc, sli, [model], with_class=False)
 
 
 def _absent_alerts(b: _Builder) -> None:
@@ -589,7 +613,7 @@ def _absent_alerts(b: _Builder) -> None:
         if model.name not in served:
             continue
         metric, _ = absent_metric(spec, model.name)
-        expr = f"absent({queries.Queries(spec).raw(metric, model.name)})"
+        expr = f"absent({selector(*absent_series(spec, model.name))})"
         description = (
             f"No {metric} series for {model.name} for {format_duration(ABSENT_FOR)}: every engine is down, not "
             "scraped, or not exporting. The SLO cannot be measured and no other slokit alert can fire for it."
@@ -615,7 +639,7 @@ def _exporter_gone_alerts(b: _Builder) -> None:
         metric, _ = absent_metric(spec, model.name)
         traffic = q.recorded(schema.record_sli_total(prom_duration(300)), model=model.name)
         expr = (
-            f"absent_over_time({q.raw(metric, model.name)}[{gone}])\n"
+            f"absent_over_time({selector(*absent_series(spec, model.name))}[{gone}])\n"
             f"and on () (max(max_over_time({traffic}[{prom_duration(SERVED_WITHIN)}])) > 0)"
         )
         description = (

@@ -770,6 +770,8 @@ def _latency(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef
     q = _Q(spec)
     m = spec.metrics
     for sli in Sli:
+        if sli not in m.latency:
+            continue  # the source has no such histogram (SGLang: tpot)
         metric = m.latency[sli]
         bucket = _rate(f"{metric}_bucket", q.raw())
         board.row(f"{schema.SLI_TITLES[sli].capitalize()} ({sli.value})")

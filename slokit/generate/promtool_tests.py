@@ -162,6 +162,46 @@ def _replica(spec: Spec, replica: str) -> dict[str, str]:
     return {label: f"{label}-{replica}" for label in spec.alerting.replica_labels}
 
 
+def satisfying_labels(matchers: Sequence[tuple[str, str, str]]) -> dict[str, str]:
+    """Label values a synthetic series needs to pass a selector: `=` as written, `=~` its first alternative (or
+    "" when the regex allows it), `!=` and `!~` left out unless an absent label would fail them."""
+    labels: dict[str, str] = {}
+    for label, op, value in matchers:
+        if op == "=":
+            labels[label] = value
+        elif op == "=~":
+            first = value.split("|")[0].strip("()")
+            for candidate in (first, value, ""):
+                if re.fullmatch(value, candidate):
+                    if candidate:
+                        labels[label] = candidate
+                    break
+            else:
+                raise ValueError(f"cannot build a label value matching {label}=~{value!r} for the promtool tests")
+        elif (op == "!=" and value == "") or (op == "!~" and re.fullmatch(value, "")):
+            labels[label] = "x" if not (op == "!~" and re.fullmatch(value, "x")) else "slokit-test"
+    return labels
+
+
+def _histogram_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli, replica: str = REPLICA) -> dict[str, str]:
+    """Labels of one replica's series of one class's SLI histogram (Spec.histogram): the model's deployment scope,
+    the histogram's model label and own matchers (or class), replica labels, and its engine label where it has one
+    (frontend histograms have none; an engine label that is a replica label keeps the replica's value)."""
+    hist = spec.histogram(rc, sli)
+    labels = dict(spec.model(model).selector) if model in {m.name for m in spec.models} else {}
+    if hist.model_label is not None:
+        labels[hist.model_label] = model
+    labels.update(satisfying_labels(hist.matchers))
+    labels.update(_replica(spec, replica))
+    if hist.engine_label is not None:
+        labels.setdefault(hist.engine_label, ENGINE)
+    return labels
+
+
+def _le_text(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> str:
+    return format_le(spec.histogram(rc, sli).le_for(seconds))
+
+
 def _histogram_inputs(
     spec: Spec, model: str, rc: RequestClass, sli: Sli, scenario: Scenario | None, minutes: int,
     values: Callable[[float, int], str] | None = None,
@@ -170,11 +210,9 @@ def _histogram_inputs(
 
     `values(per_minute, minutes)` writes each series' promtool values (default: a steady counter from zero)."""
     series_values = values or _series_values
-    bounds = spec.buckets(sli)
-    name = spec.latency_metric(sli, rc)
-    base = _raw_labels(spec, model, rc)
-    if name != spec.metrics.latency[sli]:
-        del base[spec.metrics.engine_label]  # frontend histograms carry no engine label (as the exporter writes them)
+    bounds = spec.histogram_buckets(rc, sli)
+    name = spec.histogram(rc, sli).name
+    base = _histogram_labels(spec, model, rc, sli)
     if scenario is None:
         per_bucket = [0.0] * (len(bounds) + 1)
     else:
@@ -183,7 +221,7 @@ def _histogram_inputs(
     cumulative = [sum(per_bucket[: i + 1]) for i in range(len(per_bucket))]
     out = []
     for i, bound in enumerate([*bounds, math.inf]):
-        le = "+Inf" if math.isinf(bound) else format_le(bound)
+        le = "+Inf" if math.isinf(bound) else _le_text(spec, rc, sli, bound)
         out.append({"series": selector(f"{name}_bucket", [(k, "=", v) for k, v in {**base, "le": le}.items()]),
                     "values": series_values(cumulative[i], minutes)})  # fmt: skip
     out.append({"series": selector(f"{name}_count", [(k, "=", v) for k, v in base.items()]),
@@ -193,7 +231,9 @@ def _histogram_inputs(
 
 def _requests_input(spec: Spec, model: str, rc: RequestClass, per_minute: float, minutes: int) -> dict[str, str]:
     metrics = spec.metrics
-    labels = {**_raw_labels(spec, model, rc), metrics.finish_reason_label: "stop"}
+    labels = _raw_labels(spec, model, rc)
+    if metrics.finish_reason_label:
+        labels[metrics.finish_reason_label] = "stop"
     return {
         "series": selector(metrics.requests_finished, [(k, "=", v) for k, v in labels.items()]),
         "values": _series_values(per_minute, minutes),
@@ -213,7 +253,7 @@ def _alerting_thresholds(spec: Spec, rc: RequestClass, sli: Sli) -> list[float]:
 def _healthy_bucket(spec: Spec, rc: RequestClass, sli: Sli) -> int:
     """The highest bucket whose upper bound is at or under every alerting threshold of the SLI."""
     limit = min(_alerting_thresholds(spec, rc, sli), default=math.inf)
-    bounds = spec.buckets(sli)
+    bounds = spec.histogram_buckets(rc, sli)
     fitting = [i for i, b in enumerate(bounds) if b <= limit + 1e-12]
     return fitting[-1] if fitting else 0
 
@@ -312,7 +352,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     requests_seen: set[tuple[str, str]] = set()
     quiet_consistency = list(consistency)
     for rc, sli, slo, model in slos:
-        bounds = spec.buckets(sli)
+        bounds = spec.histogram_buckets(rc, sli)
         top = bounds[-1]
         labels = _slo_series_labels(spec, model, rc, sli)
         for rule in all_rules:
@@ -485,17 +525,19 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     if not rules:
         return []
     minutes = _minutes_for(rules)
-    model_label = spec.metrics.model_label
 
     def value(rule: AlertRule) -> tuple[float, dict[str, str]]:
-        # absent() keeps the equality matchers of its selector: the model's deployment scope and the model
-        return 1.0, {**spec.model(rule.model or "").selector, model_label: rule.model or ""}
+        # absent() keeps the equality matchers of its selector: the model's deployment scope, the model, and a
+        # custom histogram's own equality matchers
+        _, matchers = alerts_mod.absent_series(spec, rule.model or "")
+        return 1.0, {label: v for label, op, v in matchers if op == "="}
 
     present = []
     idle = []
     for rule in rules:
-        metric, _ = alerts_mod.absent_metric(spec, rule.model or "")
-        series = selector(metric, [(k, "=", v) for k, v in _raw_labels(spec, rule.model or "", None).items()])
+        metric, matchers = alerts_mod.absent_series(spec, rule.model or "")
+        labels = {**satisfying_labels(matchers), **_replica(spec, REPLICA), "engine": ENGINE}
+        series = selector(metric, [(k, "=", v) for k, v in labels.items()])
         present.append({"series": series, "values": _series_values(RPM, minutes)})
         idle.append({"series": series, "values": _series_values(0, minutes)})
     end = minutes * 60 - 120

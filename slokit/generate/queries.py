@@ -86,6 +86,41 @@ class Queries:
             terms.append(RawTerm(tuple(group), promql.selector(metric, matchers)))
         return terms
 
+    def histogram_terms(
+        self,
+        request_class: RequestClass,
+        sli: Sli,
+        suffix: str,
+        extra: Sequence[Matcher] = (),
+        models: Iterable[str] | None = None,
+        with_class: bool = True,
+    ) -> list[RawTerm]:
+        """Selectors of one class's SLI histogram series (`suffix`: `_bucket`, `_count`), one per distinct
+        effective selector: the spec's scope, the histogram's model label over the class's models, the
+        histogram's own matchers (a custom `metric:` selector or the source's class label), then `extra`.
+        Which histogram and which labels come from `Spec.histogram` (custom `metric:` or `measured_at`).
+        `with_class=False` leaves out the source's class label (any class), never a custom selector."""
+        hist = self.spec.histogram(request_class, sli)
+        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+        for name in dict.fromkeys(models if models is not None else request_class.models):
+            groups.setdefault(tuple(sorted(self.model_selector(name).items())), []).append(name)
+        terms = []
+        for group in groups.values():
+            matchers = self.histogram_matchers(request_class, sli, group, with_class)
+            terms.append(RawTerm(tuple(group), promql.selector(hist.name + suffix, [*matchers, *extra])))
+        return terms
+
+    def histogram_matchers(
+        self, request_class: RequestClass, sli: Sli, models: Sequence[str], with_class: bool = True
+    ) -> list[Matcher]:
+        """Matchers of one class's SLI histogram for models that share one deployment scope."""
+        hist = self.spec.histogram(request_class, sli)
+        matchers: list[Matcher] = [*promql.labels_matchers(dict(sorted(self.model_selector(models[0]).items())))]
+        if hist.model_label is not None:
+            matchers.append(one_of(hist.model_label, list(models)))
+        matchers.extend(m for m in hist.matchers if with_class or m[0] != hist.class_label)
+        return matchers
+
     def raw(
         self, metric: str, model: str, request_class: RequestClass | None = None, extra: Sequence[Matcher] = ()
     ) -> str:

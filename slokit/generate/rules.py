@@ -119,9 +119,18 @@ def _objective_slos(spec: Spec) -> list[tuple[RequestClass, Sli]]:
 def _aggregate(spec: Spec, op: str, inner: str, labels: Iterable[str]) -> str:
     """`op by (labels) (inner)` in the source's label names, then renamed to slokit's (`model_name` -> `model`)."""
     metrics = spec.metrics
-    names = [metrics.model_label if label == schema.RULE_LABEL_MODEL else label for label in labels]
-    expr = f"{op} {promql.by(names)} ({inner})"
-    return promql.rename_label(expr, metrics.model_label, schema.RULE_LABEL_MODEL)
+    own = {schema.RULE_LABEL_MODEL: metrics.model_label, schema.RULE_LABEL_ENGINE: metrics.engine_label}
+    labels = list(labels)
+    names = list(dict.fromkeys(own.get(label, label) for label in labels))
+    expr = promql.rename_label(f"{op} {promql.by(names)} ({inner})", metrics.model_label, schema.RULE_LABEL_MODEL)
+    if schema.RULE_LABEL_ENGINE in labels:
+        if metrics.engine_label != schema.RULE_LABEL_ENGINE and metrics.engine_label in labels:
+            # the engine label is a replica label too (SGLang's instance): copy it, keep the replica label
+            engine = promql.quote(metrics.engine_label)
+            expr = f'label_replace({expr}, "{schema.RULE_LABEL_ENGINE}", "$1", {engine}, "(.*)")'
+        else:
+            expr = promql.rename_label(expr, metrics.engine_label, schema.RULE_LABEL_ENGINE)
+    return expr
 
 
 def _with_class(spec: Spec, request_class: RequestClass, expr: str) -> str:
@@ -133,6 +142,54 @@ def _with_class(spec: Spec, request_class: RequestClass, expr: str) -> str:
 
 def _with_slo(sli: Sli, expr: str) -> str:
     return f'label_replace({expr}, "{schema.RULE_LABEL_SLO}", "{sli.value}", "", "")'
+
+
+def _histogram_raws(spec: Spec, rc: RequestClass, sli: Sli, suffix: str, extra: Sequence[Matcher] = ()) -> list[str]:
+    """The raw selectors of one class's SLI histogram (Spec.histogram: custom `metric:` or measured_at), one per
+    deployment scope, each with the spec's `selector:` (see queries.py)."""
+    return [t.selector for t in queries.Queries(spec).histogram_terms(rc, sli, suffix, extra)]
+
+
+def _histogram_sum(spec: Spec, rc: RequestClass, sli: Sli, inner: str, group: Iterable[str]) -> str:
+    """`sum by (group) (inner)` over one class's SLI histogram, its labels renamed to slokit's (model, engine,
+    class): the source's label names, a custom histogram's own, or written on when the series lack them.
+
+    Replica labels pass through as named; an engine label that is itself a replica label (`instance`, as for
+    SGLang or a custom histogram) is copied to `engine`, not moved, so the replica label stays."""
+    hist = spec.histogram(rc, sli)
+    group = list(group)
+    names: list[str] = []
+    for label in group:
+        if label == schema.RULE_LABEL_MODEL:
+            name = hist.model_label
+        elif label == schema.RULE_LABEL_ENGINE:
+            name = hist.engine_label or label  # no engine label (frontend): grouping by it is a no-op
+        elif label == schema.RULE_LABEL_CLASS:
+            name = hist.class_label
+        else:
+            name = label
+        if name is not None and name not in names:
+            names.append(name)
+    expr = f"sum {promql.by(names)} ({inner})"
+    if hist.model_label is not None:
+        expr = promql.rename_label(expr, hist.model_label, schema.RULE_LABEL_MODEL)
+    else:
+        expr = f'label_replace({expr}, "{schema.RULE_LABEL_MODEL}", {promql.quote(rc.models[0])}, "", "")'
+    if schema.RULE_LABEL_ENGINE in group and hist.engine_label is not None:
+        if hist.engine_label != schema.RULE_LABEL_ENGINE and hist.engine_label in group:  # a replica label: keep it
+            expr = (
+                f'label_replace({expr}, "{schema.RULE_LABEL_ENGINE}", "$1", {promql.quote(hist.engine_label)}, "(.*)")'
+            )
+        else:
+            expr = promql.rename_label(expr, hist.engine_label, schema.RULE_LABEL_ENGINE)
+    if schema.RULE_LABEL_CLASS in group and hist.class_label is None:
+        expr = f'label_replace({expr}, "{schema.RULE_LABEL_CLASS}", {promql.quote(rc.name)}, "", "")'
+    return expr
+
+
+def threshold_le(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> Matcher:
+    """The `le` matcher of a threshold in the histogram's own unit (500 for 0.5 s on a millisecond histogram)."""
+    return le_matcher(spec.histogram(rc, sli).le_for(seconds))
 
 
 def _union(terms: Iterable[str]) -> str:
@@ -183,20 +240,49 @@ def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
         for rc in spec.classes:
             if sli not in rc.slos:
                 continue
-            group = [schema.RULE_LABEL_MODEL, *q.replica_labels, schema.RULE_LABEL_ENGINE, "le"]
-            if spec.metrics.class_label is not None:
-                group.insert(1, schema.RULE_LABEL_CLASS)
-            for raw in _raws(spec, spec.latency_metric(sli, rc) + "_bucket", rc.models, rc):
-                terms.append(_with_class(spec, rc, _aggregate(spec, "sum", f"rate({raw}[5m])", group)))
+            group = [
+                schema.RULE_LABEL_MODEL,
+                schema.RULE_LABEL_CLASS,
+                *q.replica_labels,
+                schema.RULE_LABEL_ENGINE,
+                "le",
+            ]
+            for raw in _histogram_raws(spec, rc, sli, "_bucket"):
+                terms.append(_histogram_sum(spec, rc, sli, f"rate({raw}[5m])", group))
         if terms:
             labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_SLO: sli.value}
             rules.append(RecordingRule(schema.RECORD_LATENCY_BUCKET_RATE, _union(terms), labels))
     return rules
 
 
+def _own_histogram_rate(spec: Spec, rc: RequestClass) -> str | None:
+    """Requests/s of a class whose SLOs all read their own histograms (the source's request counter may not
+    exist): the `+Inf` bucket rate of a per-request SLI (not ITL, which counts tokens)."""
+    if not rc.slos or any(slo.metric is None for slo in rc.slos.values()):
+        return None
+    sli = next((s for s in rc.slos if s is not Sli.ITL), next(iter(rc.slos)))
+    rates = selector(
+        schema.RECORD_LATENCY_BUCKET_RATE,
+        [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value), INF_MATCHER],
+    )
+    return f"sum by ({schema.RULE_LABEL_MODEL}, {schema.RULE_LABEL_CLASS}) ({rates})"
+
+
 def _request_rate_rules(spec: Spec) -> list[RecordingRule]:
     metrics = spec.metrics
     labels = {schema.RULE_LABEL_SERVICE: spec.service}
+    own = {rc.name: _own_histogram_rate(spec, rc) for rc in spec.classes}
+    if any(own.values()):
+        terms = []
+        for rc in spec.classes:
+            term = own[rc.name]
+            if term is None:
+                group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if metrics.class_label else [])
+                for raw in _raws(spec, metrics.requests_finished, rc.models, rc):
+                    terms.append(_with_class(spec, rc, _aggregate(spec, "sum", f"rate({raw}[5m])", group)))
+            else:
+                terms.append(term)
+        return [RecordingRule(schema.RECORD_REQUEST_RATE, _union(terms), labels)]
     if metrics.class_label is not None:
         classes = [one_of(metrics.class_label, [c.name for c in spec.classes])]
         keys = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS]
@@ -219,20 +305,44 @@ def _quantile_rules(spec: Spec) -> list[RecordingRule]:
         for slo in rc.slos.values():
             for tier in ("target", "acceptable", "critical"):
                 quantiles.update(PERCENTILES[p] for p in slo.tiers.tier(tier))
-    rates = selector(schema.RECORD_LATENCY_BUCKET_RATE, [_service(spec)])
-    totals = selector(schema.RECORD_LATENCY_BUCKET_RATE, [_service(spec), INF_MATCHER])
+    # Histograms in another unit than seconds (unit: ms) get their own rules, scaled back to seconds.
+    scaled = [
+        (rc, sli, spec.histogram(rc, sli).scale)
+        for rc in spec.classes
+        for sli in rc.slos
+        if spec.histogram(rc, sli).scale != 1.0
+    ]
+    parts: list[tuple[list[Matcher], float]] = [([_service(spec)], 1.0)]
+    for rc, sli, scale in scaled:
+        parts.append(
+            ([_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value)], scale)
+        )
+    others = " or ".join(
+        f"group by ({schema.RULE_LABEL_CLASS}, {schema.RULE_LABEL_SLO}) "
+        f"({selector(schema.RECORD_LATENCY_BUCKET_RATE, matchers)})"
+        for matchers, _ in parts[1:]
+    )
     rules: list[RecordingRule] = []
     per_engine = (*spec.alerting.replica_labels, schema.RULE_LABEL_ENGINE)
     for record, extra in ((schema.RECORD_LATENCY_QUANTILE, ()), (schema.RECORD_ENGINE_LATENCY_QUANTILE, per_engine)):
         keys = [*SLO_LABELS, *extra]
         on = f"on ({', '.join(keys)})"
         for q in sorted(quantiles):
-            # Only where the window saw requests: histogram_quantile of all-zero buckets is NaN.
-            expr = (
-                f"histogram_quantile({number(q)}, sum {promql.by([*keys, 'le'])} ({rates}) "
-                f"and {on} (sum {promql.by(keys)} ({totals}) > 0))"
-            )
-            rules.append(RecordingRule(record, expr, {"quantile": number(q)}))
+            exprs = []
+            for matchers, scale in parts:
+                rates = selector(schema.RECORD_LATENCY_BUCKET_RATE, matchers)
+                totals = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, INF_MATCHER])
+                # Only where the window saw requests: histogram_quantile of all-zero buckets is NaN.
+                expr = (
+                    f"histogram_quantile({number(q)}, sum {promql.by([*keys, 'le'])} ({rates}) "
+                    f"and {on} (sum {promql.by(keys)} ({totals}) > 0))"
+                )
+                if scale != 1.0:
+                    expr = f"{expr} * {number(scale)}"
+                elif others:
+                    expr = f"({expr}\nunless on ({schema.RULE_LABEL_CLASS}, {schema.RULE_LABEL_SLO}) ({others}))"
+                exprs.append(expr)
+            rules.append(RecordingRule(record, _union(exprs), {"quantile": number(q)}))
     return rules
 
 
@@ -256,14 +366,13 @@ def _base_window_rules(spec: Spec) -> list[RecordingRule]:
     """5m total and good events per SLO: sums of reset-aware sample deltas of the raw threshold and +Inf buckets."""
     totals: list[str] = []
     goods: list[str] = []
-    group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if spec.metrics.class_label else [])
+    group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS]
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        metric = spec.latency_metric(sli, rc) + "_bucket"
-        for out, matcher in ((totals, INF_MATCHER), (goods, le_matcher(objective.threshold))):
-            for raw in _raws(spec, metric, rc.models, rc, [matcher]):
-                out.append(_with_slo(sli, _with_class(spec, rc, _aggregate(spec, "sum", tile_delta(raw), group))))
+        for out, matcher in ((totals, INF_MATCHER), (goods, threshold_le(spec, rc, sli, objective.threshold))):
+            for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher]):
+                out.append(_with_slo(sli, _histogram_sum(spec, rc, sli, tile_delta(raw), group)))
     labels = {schema.RULE_LABEL_SERVICE: spec.service}
     return [
         RecordingRule(schema.record_sli_total(w(BASE_WINDOW)), _union(totals), labels),
@@ -288,15 +397,14 @@ def _tiled(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> str:
 def _raw_window(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> RecordingRule:
     """A window that cannot be tiled from recorded ones: read the raw counters (costly; only for odd windows)."""
     terms = []
-    group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if spec.metrics.class_label else [])
+    group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS]
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        matcher = INF_MATCHER if name is schema.record_sli_total else le_matcher(objective.threshold)
+        matcher = INF_MATCHER if name is schema.record_sli_total else threshold_le(spec, rc, sli, objective.threshold)
         window = prom_duration(plan.window)
-        for raw in _raws(spec, spec.latency_metric(sli, rc) + "_bucket", rc.models, rc, [matcher]):
-            increase = _aggregate(spec, "sum", f"increase({raw}[{window}])", group)
-            terms.append(_with_slo(sli, _with_class(spec, rc, increase)))
+        for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher]):
+            terms.append(_with_slo(sli, _histogram_sum(spec, rc, sli, f"increase({raw}[{window}])", group)))
     return RecordingRule(name(w(plan.window)), _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})
 
 
@@ -363,10 +471,11 @@ def _edge(spec: Spec, rc: RequestClass, sli: Sli, q: float, *, upper: bool) -> s
     base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value)]
     by = promql.by(SLO_LABELS)
     total = f"sum {by} ({selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, INF_MATCHER])})"
-    bounds = sorted(spec.buckets(sli), reverse=not upper)
+    bounds = sorted(spec.histogram_buckets(rc, sli), reverse=not upper)
     terms = []
     for bound in bounds:
-        share = f"sum {by} ({selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, le_matcher(bound)])}) / {total}"
+        le = threshold_le(spec, rc, sli, bound)
+        share = f"sum {by} ({selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, le])}) / {total}"
         test = f">= {number(q)}" if upper else f"< {number(q)}"
         terms.append(f"({share} {test}) * 0 + {number(bound)}")
     if not upper:
@@ -426,7 +535,7 @@ def _scale_out_rules(spec: Spec) -> list[RecordingRule]:
             continue
         base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, Sli.TTFT.value)]
         boundary = alerts.scale_out_boundary(spec, rc)
-        within = alerts.fraction_within(base, boundary)
+        within = alerts.fraction_within(base, boundary, spec.histogram(rc, Sli.TTFT))
         scale = number(round(fraction / slo.objective.error_budget, 9))
         idle = selector(schema.record_sli_total(w(BASE_WINDOW)), base)
         terms.append(

@@ -772,6 +772,7 @@ class _Builder:
             )
         )
         vllm_model = schema.VLLM_METRICS.model_label
+        per_token = m.latency.get(Sli.TPOT, m.latency[Sli.ITL])  # SGLang has no TPOT histogram
         out.append(
             Tuning(
                 "Speculative decoding",
@@ -790,9 +791,9 @@ class _Builder:
                         f"sum by ({vllm_model}) (rate({schema.VLLM_SPEC_DECODE_DRAFT_TOKENS}[{RATE_WINDOW}]))",
                     ),
                     Query(
-                        "TPOT p99 per model",
+                        f"{'TPOT' if Sli.TPOT in m.latency else 'ITL'} p99 per model",
                         f"histogram_quantile(0.99, sum by (le, {m.model_label}) "
-                        f"(rate({m.latency[Sli.TPOT]}_bucket{{{self.raw(None)}}}[{RATE_WINDOW}])))",
+                        f"(rate({per_token}_bucket{{{self.raw(None)}}}[{RATE_WINDOW}])))",
                     ),
                 ),
             )

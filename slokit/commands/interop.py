@@ -1,0 +1,89 @@
+"""`slokit import` (Pyrra, Sloth, OpenSLO files -> one slokit spec) and `slokit export openslo`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from slokit.commands.common import EXIT_USAGE, load_one_spec_or_exit, report_spec_error
+from slokit.spec import SpecError, load_spec_text
+
+
+def import_(
+    files: Annotated[list[Path], typer.Argument(help="Pyrra, Sloth or OpenSLO YAML files.", show_default=False)],
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the spec here (default stdout).")] = None,
+    service: Annotated[str | None, typer.Option("--service", help="Service name of the spec.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
+) -> None:
+    """Convert latency SLOs from Pyrra, Sloth or OpenSLO files into one slokit spec.
+
+    Each SLO whose good events are a histogram bucket (`le`) over the histogram's count becomes an objective
+    (target, window, metric, matchers, threshold and unit kept; source file and SLO name as a comment). Anything
+    else (ratio SLIs of error counters, raw or boolean-gauge SLIs, native histograms, calendar windows, timeslice
+    budgeting, good selectors that differ from the total beyond `le`) is reported on stderr, naming the construct.
+
+    Exit status: 0 every SLO converted, 3 some skipped, 2 nothing usable (or a file cannot be read).
+
+    Example: slokit import pyrra/*.yaml sloth.yml -o slo.yaml && slokit generate slo.yaml -o deploy/
+    """
+    from slokit.interop.importing import ImportFileError, read_files, render_spec, window_notices
+
+    try:
+        result = read_files(files)
+    except ImportFileError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    for notice in [*result.notices, *window_notices(result)]:
+        typer.echo(str(notice), err=True)
+    if not result.objectives:
+        typer.echo("no latency objective slokit can express was found", err=True)
+        raise typer.Exit(result.exit_code)
+    text = render_spec(result, service)
+    try:
+        load_spec_text(text, str(output or "<imported spec>"))
+    except SpecError as error:
+        typer.echo("the imported spec does not validate:", err=True)
+        report_spec_error(error)
+        raise typer.Exit(EXIT_USAGE) from None
+    skipped = len({(n.file, n.slo) for n in result.notices if n.skipped})
+    summary = f"{len(result.objectives)} objective(s) imported, {skipped} skipped"
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        if output.exists() and not force:
+            typer.echo(f"{output} exists; pass --force to overwrite it", err=True)
+            raise typer.Exit(EXIT_USAGE)
+        output.write_text(text, encoding="utf-8")
+        summary += f"; wrote {output}"
+    typer.echo(summary, err=True)
+    raise typer.Exit(result.exit_code)
+
+
+def openslo(
+    spec: Annotated[Path, typer.Argument(help="The slokit spec.", show_default=False)],
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (default stdout).")] = None,
+) -> None:
+    """Write OpenSLO v1 Service, SLI and SLO documents for every objective of a spec (multi-document YAML).
+
+    Example: slokit export openslo examples/assistant.yaml -o assistant.openslo.yaml
+    """
+    from slokit.interop.openslo_export import documents
+
+    loaded = load_one_spec_or_exit(spec)
+    text = yaml.safe_dump_all(documents(loaded), sort_keys=False, width=10_000, explicit_start=True)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {output}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `import` and the `export` group."""
+    app.command(name="import")(import_)
+    export = typer.Typer(help="Export a spec's objectives to another format.", no_args_is_help=True)
+    export.command(name="openslo")(openslo)
+    app.add_typer(export, name="export")

@@ -1,0 +1,241 @@
+"""`slokit import` on real published Pyrra, Sloth and OpenSLO files, refusals naming the construct, exit codes,
+promtool on the imported spec's rules, and the OpenSLO export's round trip.
+
+The expected objectives below are read off the published files by hand (see tests/data/interop/README.md for
+where each file comes from), not from the importer's output.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slokit.generate import generate_all
+from slokit.generate.writer import write_files
+from slokit.interop.importing import read_files, render_spec
+from slokit.local.prometheus import check_rule_files, run_rule_tests
+from slokit.schema import Sli
+from slokit.spec import Spec, load_spec, load_spec_text
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "interop"
+DAY = 86400.0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "slokit.cli", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _imported(*paths: Path) -> Spec:
+    result = read_files(paths)
+    return load_spec_text(render_spec(result), "imported.yaml")
+
+
+def _objectives(spec: Spec) -> list[tuple[float, float, float, str, frozenset[tuple[str, str, str]]]]:
+    """(percentile, window, threshold, histogram, matchers) for every objective."""
+    out = []
+    for rc in spec.classes:
+        for sli, slo in rc.slos.items():
+            assert slo.objective is not None
+            hist = spec.histogram(rc, sli)
+            out.append((slo.objective.percentile, spec.window, slo.objective.threshold, hist.name,
+                        frozenset(hist.matchers)))  # fmt: skip
+    return out
+
+
+# -- real published files -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("file", "expected"),
+    [
+        ("pyrra/caddy-response-latency.yaml",
+         [(90.0, 28 * DAY, 0.05, "caddy_http_response_duration_seconds",
+           {("job", "=", "caddy"), ("handler", "=", "subroute"), ("code", "!~", "5..")})]),
+        ("pyrra/slo-apiserver-read-resource-latency.yaml",
+         [(99.0, 14 * DAY, 0.1, "apiserver_request_sli_duration_seconds", {("verb", "=~", "LIST|GET")})]),
+        ("sloth/kubernetes-apiserver.yml",
+         [(99.0, 30 * DAY, 0.4, "apiserver_request_duration_seconds", {("verb", "!=", "WATCH")})]),
+        ("sloth/openslo-kubernetes-apiserver.yml",
+         [(99.0, 30 * DAY, 0.4, "apiserver_request_duration_seconds", {("verb", "!=", "WATCH")}),
+          (99.9, 30 * DAY, 5.0, "apiserver_request_duration_seconds", {("verb", "!=", "WATCH")})]),
+    ],
+)  # fmt: skip
+def test_published_latency_slos_convert_to_the_right_objectives(file: str, expected: list[tuple]) -> None:  # type: ignore[type-arg]
+    spec = _imported(DATA / file)
+    got = _objectives(spec)
+    assert len(got) == len(expected)
+    for (pct, window, threshold, name, matchers), want in zip(got, expected, strict=True):
+        assert (pct, window, name, matchers) == (want[0], want[1], want[3], frozenset(want[4]))
+        assert math.isclose(threshold, want[2])
+
+
+@pytest.mark.parametrize(
+    ("file", "constructs"),
+    [
+        ("pyrra/prometheus-http.yaml", {"ratio SLI of error counters"}),
+        ("pyrra/pyrra-connect-latency.yaml", {"native histogram"}),
+        ("pyrra/prometheus-probe-success.yaml", {"boolean-gauge SLI"}),
+        # nginx-api-latency's good selector adds status=~"5.." that its total lacks.
+        ("pyrra/nginx.yaml", {"ratio SLI of error counters", "good selector differs from the total beyond le"}),
+        ("sloth/getting-started.yml", {"ratio SLI of error counters"}),
+        ("sloth/k8s-getting-started.yml", {"ratio SLI of error counters"}),
+        ("sloth/raw-home-wifi.yml", {"raw SLI"}),
+        ("openslo/occurences-slo.yaml", {"threshold (raw) metric SLI"}),
+        ("openslo/ratio-timeslices.yaml", {"timeslice budgeting"}),
+        ("openslo/timeslices-slo.yaml", {"timeslice budgeting", "calendar window"}),
+        ("openslo/calendar-timeslices-slo.yaml", {"timeslice budgeting", "calendar window"}),
+    ],
+)
+def test_published_slos_slokit_cannot_express_are_refused_naming_the_construct(file: str, constructs: set[str]) -> None:
+    result = read_files([DATA / file])
+    assert not result.objectives
+    assert {n.construct for n in result.notices if n.skipped} == constructs
+
+
+def test_exit_status_says_all_some_or_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "slo.yaml"
+    done = _cli("import", str(DATA / "pyrra/caddy-response-latency.yaml"), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "pyrra/caddy-response-latency.yaml: Pyrra ServiceLevelObjective 'caddy-response-latency'" in text
+    some = _cli("import", str(DATA / "sloth/kubernetes-apiserver.yml"))
+    assert some.returncode == 3, some.stderr
+    assert "requests-availability: skipped: ratio SLI of error counters" in some.stderr
+    assert "service: k8s-apiserver" in some.stdout
+    nothing = _cli("import", str(DATA / "openslo/ratio-timeslices.yaml"), str(DATA / "pyrra/prometheus-http.yaml"))
+    assert nothing.returncode == 2
+    assert "timeslice budgeting" in nothing.stderr and nothing.stdout == ""
+    missing = _cli("import", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "cannot be read" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.prometheus
+def test_rules_of_an_imported_spec_pass_promtool(tmp_path: Path, promtool_path: str) -> None:
+    spec = _imported(*sorted(DATA.glob("*/*.y*ml")))
+    assert len(spec.classes) == 5
+    write_files({k: v for k, v in generate_all([spec]).items() if k.startswith("rules/")}, tmp_path, check=False)
+    rules = tmp_path / "rules" / f"{spec.service}.rules.yaml"
+    checked = check_rule_files([rules])
+    assert checked.ok, checked.output
+    tested = run_rule_tests([tmp_path / "rules" / f"{spec.service}.rules.test.yaml"])
+    assert tested.ok, tested.output[-4000:]
+    # The rules read the published SLO's own series and selector.
+    text = rules.read_text()
+    assert 'caddy_http_response_duration_seconds_bucket{job="caddy",handler="subroute",code!~"5.."}' in text
+
+
+# -- hand-written documents (not published files) for the other shapes ---------------------------------------
+OPENSLO_V1 = """
+- apiVersion: openslo/v1
+  kind: DataSource
+  metadata: {name: prom}
+  spec: {type: Prometheus, connectionDetails: {url: http://prometheus:9090}}
+- apiVersion: openslo/v1
+  kind: SLI
+  metadata: {name: ttft-good}
+  spec:
+    ratioMetric:
+      counter: true
+      bad:
+        metricSource:
+          metricSourceRef: prom
+          spec:
+            query: >-
+              sum(rate(gw_ttft_milliseconds_count{route="chat"}[5m]))
+              - sum(rate(gw_ttft_milliseconds_bucket{route="chat",le="750"}[5m]))
+      total:
+        metricSource: {metricSourceRef: prom, spec: {query: 'sum(rate(gw_ttft_milliseconds_count{route="chat"}[5m]))'}}
+- apiVersion: openslo/v1
+  kind: SLO
+  metadata: {name: chat-ttft}
+  spec:
+    service: gateway
+    indicatorRef: ttft-good
+    timeWindow: [{duration: 7d, isRolling: true}]
+    budgetingMethod: Occurrences
+    objectives: [{target: 0.975}]
+- apiVersion: openslo/v1
+  kind: SLO
+  metadata: {name: monthly}
+  spec:
+    service: gateway
+    indicatorRef: ttft-good
+    timeWindow: [{duration: 1M, isRolling: true}]
+    objectives: [{target: 0.9}]
+- apiVersion: openslo/v1
+  kind: SLO
+  metadata: {name: native}
+  spec:
+    service: gateway
+    indicator:
+      metadata: {name: native}
+      spec:
+        ratioMetric:
+          good: {metricSource: {type: Prometheus, spec: {query: 'histogram_fraction(0, 0.5, rate(x[5m]))'}}}
+          total: {metricSource: {type: Prometheus, spec: {query: 'histogram_count(rate(x[5m]))'}}}
+    timeWindow: [{duration: 28d, isRolling: true}]
+    objectives: [{targetPercent: 99}]
+- apiVersion: openslo/v1
+  kind: SLO
+  metadata: {name: datadog}
+  spec:
+    service: gateway
+    indicator:
+      metadata: {name: dd}
+      spec:
+        ratioMetric:
+          good: {metricSource: {type: Datadog, spec: {query: 'sum:trace.ok{*}'}}}
+          total: {metricSource: {type: Datadog, spec: {query: 'sum:trace.hits{*}'}}}
+    objectives: [{target: 0.99}]
+"""
+
+
+def test_openslo_v1_list_with_indicator_ref_bad_query_and_milliseconds(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(OPENSLO_V1)
+    result = read_files([path])
+    assert [n.construct for n in result.notices if n.skipped] == ["calendar window", "native histogram",
+                                                                   "metric source"]  # fmt: skip
+    spec = load_spec_text(render_spec(result))
+    assert spec.service == "gateway" and spec.window == 7 * DAY
+    rc = spec.classes[0]
+    hist = spec.histogram(rc, Sli.TTFT)
+    assert (hist.name, hist.scale, hist.matchers) == ("gw_ttft_milliseconds", 0.001, (("route", "=", "chat"),))
+    objective = rc.slos[Sli.TTFT].objective
+    assert objective is not None
+    assert math.isclose(objective.threshold, 0.75) and objective.percentile == 97.5
+    assert result.exit_code == 3
+
+
+# -- export -----------------------------------------------------------------------------------------------------
+ROUND_TRIP = [*sorted((ROOT / "examples").glob("*.yaml")), *sorted((DATA.parent / "engines").glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("spec_path", ROUND_TRIP, ids=[p.stem for p in ROUND_TRIP])
+def test_import_of_the_openslo_export_gives_back_the_same_objectives(spec_path: Path, tmp_path: Path) -> None:
+    original = load_spec(spec_path)
+    exported = tmp_path / "export.yaml"
+    done = _cli("export", "openslo", str(spec_path), "-o", str(exported))
+    assert done.returncode == 0, done.stderr
+    text = exported.read_text()
+    assert text.count("kind: SLO\n") == sum(1 for rc in original.classes for s in rc.slos.values() if s.objective)
+    back = _imported(exported)
+    assert back.service == original.service and back.window == original.window
+
+    def objectives(spec: Spec) -> set[tuple[str, str, float, float, str, str | None, float, tuple[str, ...]]]:
+        out = set()
+        for rc in spec.classes:
+            for sli, slo in rc.slos.items():
+                if slo.objective is None:
+                    continue
+                hist = spec.histogram(rc, sli)
+                out.add((rc.name, sli.value, slo.objective.percentile, round(slo.objective.threshold, 9), hist.name,
+                         hist.model_label, hist.scale, tuple(sorted(rc.models))))  # fmt: skip
+        return out
+
+    assert objectives(back) == objectives(original)
