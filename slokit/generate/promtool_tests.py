@@ -153,13 +153,20 @@ def _raw_labels(spec: Spec, model: str, rc: RequestClass | None, replica: str = 
     if metrics.class_label is not None and rc is not None:
         labels[metrics.class_label] = rc.name
     labels.update(_replica(spec, replica))
-    labels[metrics.engine_label] = ENGINE
+    labels.setdefault(metrics.engine_label, ENGINE)
     return labels
 
 
 def _replica(spec: Spec, replica: str) -> dict[str, str]:
     """The replica labels of one replica, e.g. {instance: "replica-a"}."""
     return {label: f"{label}-{replica}" for label in spec.alerting.replica_labels}
+
+
+def _engine(spec: Spec, replica: str = REPLICA) -> str:
+    """The `engine` value of one replica's engine series: vLLM's rank, or the replica label the source's engine
+    label is (SGLang's `instance`), which the rules copy to `engine`."""
+    label = spec.metrics.engine_label
+    return f"{label}-{replica}" if label in spec.alerting.replica_labels else ENGINE
 
 
 def satisfying_labels(matchers: Sequence[tuple[str, str, str]]) -> dict[str, str]:
@@ -499,7 +506,12 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
         return out
 
     def value(rule: AlertRule, at: int) -> tuple[float, dict[str, str]]:
-        labels = {"service": spec.service, "model": rule.model or "", **_replica(spec, REPLICA), "engine": ENGINE}
+        labels = {
+            "service": spec.service,
+            "model": rule.model or "",
+            **_replica(spec, REPLICA),
+            "engine": _engine(spec),
+        }
         if rule.kind is AlertKind.QUEUE_OVERLOAD:
             return 5.0, labels
         if rule.name == alerts_mod.NAME_KV_FULL:
@@ -520,6 +532,13 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     ]  # fmt: skip
 
 
+def _absent_labels(spec: Spec, model: str) -> dict[str, str]:
+    """absent() and absent_over_time() keep the equality matchers of their selector: the model's deployment scope,
+    the model, and a custom histogram's own equality matchers."""
+    _, matchers = alerts_mod.absent_series(spec, model)
+    return {label: v for label, op, v in matchers if op == "="}
+
+
 def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     rules = [r for r in all_rules if r.kind is AlertKind.ABSENT]
     if not rules:
@@ -527,10 +546,7 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     minutes = _minutes_for(rules)
 
     def value(rule: AlertRule) -> tuple[float, dict[str, str]]:
-        # absent() keeps the equality matchers of its selector: the model's deployment scope, the model, and a
-        # custom histogram's own equality matchers
-        _, matchers = alerts_mod.absent_series(spec, rule.model or "")
-        return 1.0, {label: v for label, op, v in matchers if op == "="}
+        return 1.0, _absent_labels(spec, rule.model or "")
 
     present = []
     idle = []
@@ -606,7 +622,6 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     served_for, missing_for = 30, 30
     minutes = served_for + missing_for
     at = (served_for + 15) * 60  # 10m without a sample, then the first evaluation after
-    model_label = spec.metrics.model_label
 
     def vanish(per_minute: float, _: int) -> str:
         return f"0+{number(per_minute)}x{served_for} _x{missing_for}"
@@ -628,7 +643,7 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
                 idle += _histogram_inputs(spec, model, rc_first, first, None, minutes, vanish)[0]
 
     def value(rule: AlertRule) -> tuple[float, dict[str, str]]:
-        return 1.0, {**spec.model(rule.model or "").selector, model_label: rule.model or ""}
+        return 1.0, _absent_labels(spec, rule.model or "")
 
     firing = [{"eval_time": _dur(at), "alertname": alerts_mod.NAME_EXPORTER_GONE,
                "exp_alerts": [_expected(r, *value(r)) for r in rules]}]  # fmt: skip
