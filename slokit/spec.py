@@ -1045,6 +1045,7 @@ class _Checker:
                 return None
             out.append(item)
         return tuple(out)
+
     def _alert_tiers(self, value: Any, path: Path) -> tuple[tuple[TierCell, ...], tuple[TierCell, ...]]:
         """`tiers: {page: [critical.p50], ticket: [acceptable.p95, acceptable.p99]}`: which cells alert."""
         data = self.mapping(value, path, ("page", "ticket"))
