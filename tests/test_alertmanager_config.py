@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from slokit.generate import alertmanager
-from slokit.local.prometheus import find_binary
 from slokit.spec import load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,14 +37,6 @@ alerting:
 """
 
 
-@pytest.fixture(scope="module")
-def amtool() -> str:
-    path = find_binary("amtool")
-    if path is None:
-        pytest.skip("amtool is not installed (apt-get install prometheus-alertmanager)")
-    return path
-
-
 def _write(tmp_path: Path, spec_text: str | None = None, example: Path | None = None) -> tuple[Path, str, str]:
     spec = load_spec(example) if example is not None else load_spec_text(spec_text or "", "routed.yaml")
     data = alertmanager.config(spec)
@@ -64,7 +55,8 @@ def _route(amtool: str, config: Path, **labels: str) -> str:
 
 @pytest.mark.prometheus
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_generated_config_loads_and_routes_pages_and_tickets(amtool: str, tmp_path: Path, example: Path) -> None:
+def test_generated_config_loads_and_routes_pages_and_tickets(amtool_path: str, tmp_path: Path, example: Path) -> None:
+    amtool = amtool_path
     config, service, page = _write(tmp_path, example=example)
     checked = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -76,7 +68,8 @@ def test_generated_config_loads_and_routes_pages_and_tickets(amtool: str, tmp_pa
 
 
 @pytest.mark.prometheus
-def test_receiver_names_come_from_the_spec(amtool: str, tmp_path: Path) -> None:
+def test_receiver_names_come_from_the_spec(amtool_path: str, tmp_path: Path) -> None:
+    amtool = amtool_path
     config, service, page = _write(tmp_path, NAMED_RECEIVERS)
     assert _route(amtool, config, service=service, severity=page, model="m1") == "oncall-pager"
     assert _route(amtool, config, service=service, severity="warning", model="m1") == "team-queue"
