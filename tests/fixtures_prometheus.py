@@ -29,6 +29,15 @@ def promtool_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def amtool_path() -> str:
+    """amtool (Alertmanager's command-line tool), or skip."""
+    path = find_binary("amtool")
+    if path is None:
+        pytest.skip("amtool is not installed (apt-get install prometheus-alertmanager)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def prometheus_path() -> str:
     """The prometheus server binary, or skip."""
     path = find_binary("prometheus")

@@ -81,6 +81,10 @@ def test_demo_tells_the_whole_story(tmp_path: Path) -> None:
     assert spec.metrics.requests_waiting in result.runbook_query
     assert result.queue_depth is not None and result.queue_depth > 0
 
+    # The run ends with its SLO report (`slokit report` over the demo's Prometheus).
+    assert result.report_path is not None and result.report_path.is_file()
+    assert next(c for c in result.checks if c.name == "report written").ok
+
     # Every process the demo started is gone, and every port it opened is closed.
     assert {"vllm", "prometheus", "alertmanager", "gpu-sidecar"} <= set(result.pids)
     assert [name for name, pid in result.pids.items() if _alive(pid)] == []

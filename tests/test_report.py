@@ -186,7 +186,7 @@ def backfill(history: History, spec: Spec, writer: OpenMetricsWriter) -> None:
         (Sli.E2E, "c", history.e2e),
     ]
     for sli, pod, events in plan:
-        name = spec.metrics.latency[sli]
+        name = spec.latency_metric(sli, spec.request_class(labels_of[pod]["class"]))  # as the SLO reads it
         bounds = spec.buckets(sli)
         writer.family(name, "histogram")
         series = cumulative_series(history, events, bounds, history.reset_at if pod == "b" else None)

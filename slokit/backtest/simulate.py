@@ -261,13 +261,16 @@ def simulate(
 
 def _base_labels(spec: Spec, model: str, replica: int) -> dict[str, str]:
     metrics = spec.metrics
-    # vLLM's engine label is "0" in every pod; replicas differ by pod and instance, as scraped in Kubernetes.
+    # vLLM's engine label is "0" in every pod; replicas differ by pod and instance, as scraped in Kubernetes. The
+    # model's deployment scope (`selector:`) is on every series, as the scrape config would put it there.
+    scope = next((dict(m.selector) for m in spec.models if m.name == model), {})
     return {
+        "job": "vllm",
+        **scope,
         metrics.model_label: model,
         metrics.engine_label: "0",
         "pod": f"{model}-{replica}",
         "instance": f"10.0.0.{replica + 10}:8000",
-        "job": "vllm",
     }
 
 
@@ -293,7 +296,7 @@ def _histogram(
 ) -> None:  # fmt: skip
     """Bucket, count and sum series of one latency histogram; classes share a series when the source has no class."""
     metrics = spec.metrics
-    name = metrics.latency[sli]
+    name = spec.latency_metric(sli, spec.request_class(class_name))  # the frontend's or the engine's, as the SLO reads
     bounds = spec.buckets(sli)
     labels = _base_labels(spec, model, replica)
     if metrics.class_label is not None:

@@ -192,10 +192,10 @@ class PrometheusSource:
                 continue
             done.add((key.request_class, key.sli))
             rc = spec.request_class(key.request_class)
-            self._say(f"reading {metrics.latency[key.sli]} for class {rc.name}")
+            self._say(f"reading {spec.latency_metric(key.sli, rc)} for class {rc.name}")
             raw = raw_samples(
                 self.api,
-                selector(metrics.latency[key.sli] + "_bucket", self._matchers(rc.models, rc.name)),
+                selector(spec.latency_metric(key.sli, rc) + "_bucket", self._matchers(rc.models, rc.name)),
                 data.start,
                 data.end,
                 self.progress,
@@ -331,7 +331,7 @@ class PrometheusSource:
                 if slo.objective is None:
                     continue
                 sel = selector(
-                    metrics.latency[sli] + "_bucket", [*self._matchers(rc.models, rc.name), promql.INF_MATCHER]
+                    spec.latency_metric(sli, rc) + "_bucket", [*self._matchers(rc.models, rc.name), promql.INF_MATCHER]
                 )
                 expr = f"min {promql.by([metrics.model_label])} (min_over_time(timestamp({sel})[{window}:1h]))"
                 for item in self.api.query(expr, end):
