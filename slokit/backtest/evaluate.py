@@ -226,7 +226,7 @@ def source_metric_names(spec: Spec) -> list[str]:
     names: set[str] = set()
     for rc in spec.classes:
         for sli in rc.slos:
-            base = spec.latency_metric(sli, rc)
+            base = spec.histogram(rc, sli).name
             names.update((base + "_bucket", base + "_count", base + "_sum"))
     names.update((m.requests_finished, m.requests_running, m.requests_waiting, m.kv_cache_usage, m.preemptions,
                   m.generation_tokens, m.prompt_tokens))  # fmt: skip
@@ -431,7 +431,7 @@ def check_history(spec: Spec, names: set[str], lo: float, hi: float, where: str)
         )
     warnings = []
     span = hi - lo
-    latency = {spec.latency_metric(s, rc) + "_bucket" for rc in spec.classes for s in rc.slos}
+    latency = {spec.histogram(rc, s).name + "_bucket" for rc in spec.classes for s in rc.slos}
     if not latency & set(names):
         warnings.append("the history has no latency histograms of the spec: only engine and absence alerts can fire")
     baseline = spec.alerting.baseline.offset * max(1, spec.alerting.baseline.median_days)

@@ -296,11 +296,19 @@ def _histogram(
 ) -> None:  # fmt: skip
     """Bucket, count and sum series of one latency histogram; classes share a series when the source has no class."""
     metrics = spec.metrics
-    name = spec.latency_metric(sli, spec.request_class(class_name))  # the frontend's or the engine's, as the SLO reads
-    bounds = spec.buckets(sli)
+    rc = spec.request_class(class_name)
+    source = spec.histogram(rc, sli)  # the histogram the SLO reads: the frontend's, the engine's or its own
+    name = source.name
+    bounds = spec.histogram_buckets(rc, sli)
     labels = _base_labels(spec, model, replica)
-    if metrics.class_label is not None:
-        labels[metrics.class_label] = class_name
+    if source.model_label != metrics.model_label:  # a custom histogram names the model its own way, or not at all
+        del labels[metrics.model_label]
+        if source.model_label is not None:
+            labels[source.model_label] = model
+    if source.class_label is not None:
+        labels[source.class_label] = class_name
+    # A custom histogram's own equality matchers (`metric: {selector: ...}`) are labels its series carry.
+    labels.update({label: value for label, op, value in source.matchers if op == "="})
     fam = family(name, "histogram")
     # Probability of each bucket interval, then a multinomial draw per minute.
     log_m = np.log(np.maximum(median, 1e-6))
@@ -311,7 +319,7 @@ def _histogram(
     cumulative = np.cumsum(counts, axis=0)  # per bound (le), +Inf last
     sums = obs * median * math.exp(SIGMA**2 / 2)
     for i, bound in enumerate([*bounds, math.inf]):
-        le = "+Inf" if math.isinf(bound) else format_le(bound)
+        le = "+Inf" if math.isinf(bound) else format_le(round(bound / source.scale, 9))
         values = np.where(present, _cumulative(cumulative[i], epoch), np.nan)
         _merge(fam, name + "_bucket", {**labels, "le": le}, values)
     _merge(fam, name + "_count", labels, np.where(present, _cumulative(cumulative[-1], epoch), np.nan))

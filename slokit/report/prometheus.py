@@ -28,7 +28,8 @@ from typing import Any, Final
 import numpy as np
 
 from slokit import promql, schema
-from slokit.promql import Matcher, eq, one_of, selector
+from slokit.generate.queries import Queries
+from slokit.promql import eq, selector
 from slokit.report.analyze import (
     AlertEpisode,
     Floats,
@@ -161,17 +162,17 @@ class PrometheusSource:
         self.spec = spec
         self.api = api
         self.progress = progress
+        self.queries = Queries(spec)  # selectors in the spec's scope, over the histogram each SLO reads
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
             self.progress(text)
 
-    def _matchers(self, models: Iterable[str], request_class: str | None) -> list[Matcher]:
-        metrics = self.spec.metrics
-        matchers = [one_of(metrics.model_label, sorted(set(models)))]
-        if request_class is not None and metrics.class_label is not None:
-            matchers.append(eq(metrics.class_label, request_class))
-        return matchers
+    def _over(self, metric: str, models: Iterable[str], function: str, window: str) -> str:
+        """`function(metric{...}[window])` over the models' raw series, in each model's deployment scope (one
+        term per distinct `selector:`, joined with `or`)."""
+        terms = self.queries.raw_terms(metric, sorted(set(models)))
+        return " or ".join(f"{function}({term.selector}[{window}])" for term in terms)
 
     def read(self, start: float, end: float, step: float) -> ReportInput:
         """Everything the report needs over (start, end]."""
@@ -185,31 +186,29 @@ class PrometheusSource:
 
     # -- raw histograms ----------------------------------------------------------------------------------------
     def _histograms(self, data: ReportInput) -> None:
-        spec, metrics = self.spec, self.spec.metrics
+        spec = self.spec
         done: set[tuple[str, Sli]] = set()
         for key in indicator_keys(spec):
             if (key.request_class, key.sli) in done:
                 continue
             done.add((key.request_class, key.sli))
             rc = spec.request_class(key.request_class)
-            self._say(f"reading {spec.latency_metric(key.sli, rc)} for class {rc.name}")
-            raw = raw_samples(
-                self.api,
-                selector(spec.latency_metric(key.sli, rc) + "_bucket", self._matchers(rc.models, rc.name)),
-                data.start,
-                data.end,
-                self.progress,
-            )
+            source = spec.histogram(rc, key.sli)  # the histogram the SLO reads: frontend, engine or its own
+            self._say(f"reading {source.name} for class {rc.name}")
             per_model: dict[str, dict[float, Floats]] = {}
-            for labels, points in raw.items():
-                labelmap = dict(labels)
-                le = _le(labelmap.get("le", ""))
-                model = labelmap.get(metrics.model_label, "")
-                if le is None or model not in rc.models:
-                    continue
-                column = per_model.setdefault(model, {}).setdefault(le, np.zeros(data.bins))
-                for t, delta in counter_deltas(points, data.start, data.end):
-                    column[_bin_index(t, data.start, data.step, data.bins)] += delta
+            for term in self.queries.histogram_terms(rc, key.sli, "_bucket"):
+                raw = raw_samples(self.api, term.selector, data.start, data.end, self.progress)
+                for labels, points in raw.items():
+                    labelmap = dict(labels)
+                    le = _le(labelmap.get("le", ""))
+                    # A histogram without a model label belongs to the term's (single) model.
+                    model = labelmap.get(source.model_label, "") if source.model_label is not None else term.models[0]
+                    if le is None or model not in term.models:
+                        continue
+                    seconds = le * source.scale if math.isfinite(le) else le
+                    column = per_model.setdefault(model, {}).setdefault(seconds, np.zeros(data.bins))
+                    for t, delta in counter_deltas(points, data.start, data.end):
+                        column[_bin_index(t, data.start, data.step, data.bins)] += delta
             for model, columns in per_model.items():
                 hist = self._histogram(Key(model, rc.name, key.sli), columns, data)
                 if hist is not None:
@@ -224,7 +223,7 @@ class PrometheusSource:
         slo = self.spec.request_class(key.request_class).slos[key.sli]
         good = None
         if slo.objective is not None:
-            threshold = next((b for b in bounds if math.isclose(b, slo.objective.threshold, rel_tol=1e-9)), None)
+            threshold = next((b for b in bounds if math.isclose(b, slo.objective.threshold, rel_tol=1e-6)), None)
             if threshold is None:
                 data.notes.append(
                     f"{key.label()}: the threshold {slo.objective.threshold:g}s is not a bucket boundary of the "
@@ -239,17 +238,18 @@ class PrometheusSource:
     def _signals(self, data: ReportInput) -> None:
         metrics = self.spec.metrics
         models = sorted({m for rc in self.spec.classes for m in rc.models})
-        sel = self._matchers(models, None)
         # Just under one step: each point sees its own bin's samples only (range selectors include their left
         # edge on Prometheus 2, not on 3).
         step = prom_duration(data.step - 0.001)
         rate_window = prom_duration(max(data.step, 120.0))
         by = promql.by([metrics.model_label])
         queries = {
-            "queue_waiting": f"max {by} (max_over_time({selector(metrics.requests_waiting, sel)}[{step}]))",
-            "kv_cache_usage": f"max {by} (max_over_time({selector(metrics.kv_cache_usage, sel)}[{step}]))",
+            "queue_waiting": f"max {by} ({self._over(metrics.requests_waiting, models, 'max_over_time', step)})",
+            "kv_cache_usage": f"max {by} ({self._over(metrics.kv_cache_usage, models, 'max_over_time', step)})",
             # One raw series per engine: the mean of per-series rates is the decode throughput per engine.
-            "decode_tokens_per_second": f"avg {by} (rate({selector(metrics.generation_tokens, sel)}[{rate_window}]))",
+            "decode_tokens_per_second": (
+                f"avg {by} ({self._over(metrics.generation_tokens, models, 'rate', rate_window)})"
+            ),
         }
         self._say("reading engine signals (queue, KV cache, decode throughput)")
         first = data.start + data.step
@@ -323,20 +323,21 @@ class PrometheusSource:
 
     def _history_starts(self, end: float) -> dict[tuple[str, str, Sli], float]:
         """Earliest raw +Inf sample inside the SLO window per indicator, to the hour (a 1h-step subquery)."""
-        spec, metrics = self.spec, self.spec.metrics
+        spec = self.spec
         out: dict[tuple[str, str, Sli], float] = {}
         window = prom_duration(spec.window)
         for rc in spec.classes:
             for sli, slo in rc.slos.items():
                 if slo.objective is None:
                     continue
-                sel = selector(
-                    spec.latency_metric(sli, rc) + "_bucket", [*self._matchers(rc.models, rc.name), promql.INF_MATCHER]
-                )
-                expr = f"min {promql.by([metrics.model_label])} (min_over_time(timestamp({sel})[{window}:1h]))"
-                for item in self.api.query(expr, end):
-                    model = item["metric"].get(metrics.model_label, "")
-                    out[(model, rc.name, sli)] = float(item["value"][1])
+                hist = spec.histogram(rc, sli)
+                for term in self.queries.histogram_terms(rc, sli, "_bucket", extra=[promql.INF_MATCHER]):
+                    grouping = promql.by([hist.model_label] if hist.model_label is not None else [])
+                    expr = f"min {grouping} (min_over_time(timestamp({term.selector})[{window}:1h]))"
+                    for item in self.api.query(expr, end):
+                        labels = item["metric"]
+                        model = labels.get(hist.model_label, "") if hist.model_label is not None else term.models[0]
+                        out[(model, rc.name, sli)] = float(item["value"][1])
         return out
 
     def _expected(self, data: ReportInput) -> None:
