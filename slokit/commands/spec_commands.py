@@ -7,12 +7,20 @@ from typing import Annotated
 
 import typer
 
-from slokit.commands.common import EXIT_USAGE, load_specs_or_exit
-from slokit.spec import default_spec_path
+from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_specs_or_exit
+from slokit.spec import Spec, default_spec_path
 
 
 def validate(
     specs: Annotated[list[Path], typer.Argument(help="Spec files to check.", show_default=False)],
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            help="Also read each SLO's histogram from this Prometheus (e.g. http://prometheus:9090) and check that "
+            "every threshold is one of its live bucket boundaries.",
+        ),
+    ] = None,
 ) -> None:
     """Check spec files and report every problem as `file:line:col: field: message`.
 
@@ -23,7 +31,12 @@ def validate(
     rate; it warns (on stderr) when a tier had to be adapted or left out, and names the bucket boundary the
     scale-out signal counts against.
 
+    With `--prometheus URL` it also reads the `le` boundaries each SLO's histogram has on that server (in the
+    spec's `selector:` scope): the check for histograms the spec names without `buckets:`. A threshold that is
+    not a live boundary, or a histogram with no series, exits 1; an unreachable server exits 2.
+
     Example: slokit validate examples/*.yaml
+    Example: slokit validate gateway.yaml --prometheus http://localhost:9090
     """
     from slokit.commands.alerting_report import burn_report, warnings  # only validate needs the alert model
 
@@ -35,6 +48,29 @@ def validate(
             typer.echo(line)
         for line in warnings(spec):
             typer.echo(f"{spec.path}: warning: {line}", err=True)
+    if prometheus is not None:
+        _check_live(loaded, prometheus)
+
+
+def _check_live(specs: list[Spec], url: str) -> None:
+    from slokit.live_buckets import live_bucket_findings
+    from slokit.report.prometheus import PrometheusApi, ReportSourceError
+
+    api = PrometheusApi(url, timeout=30.0)
+    failed = False
+    for spec in specs:
+        try:
+            checked, findings = live_bucket_findings(spec, api)
+        except ReportSourceError as exc:
+            typer.echo(f"{spec.path}: {exc}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
+        for line in checked:
+            typer.echo(f"{spec.path}: live: {line}")
+        for finding in findings:
+            typer.echo(f"{spec.path}: live: {finding.message}", err=True)
+        failed = failed or bool(findings)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def init(
