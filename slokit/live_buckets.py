@@ -14,6 +14,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from slokit.generate.alerts import scale_out_boundary
 from slokit.generate.queries import Queries, union
 from slokit.report.prometheus import PrometheusApi
 from slokit.schema import Sli
@@ -40,8 +41,10 @@ def live_bucket_findings(
     findings: list[LiveFinding] = []
     for rc in spec.classes:
         for sli, slo in rc.slos.items():
-            thresholds = sorted(set(slo.thresholds()))
-            if not thresholds:
+            wanted = dict.fromkeys(slo.thresholds(), "threshold")
+            if sli is Sli.TTFT and slo.objective is not None:  # the boundary the scale-out signal counts against
+                wanted.setdefault(scale_out_boundary(spec, rc), "scale-out boundary")
+            if not wanted:
                 continue
             hist = spec.histogram(rc, sli)
             terms = queries.histogram_terms(rc, sli, "_bucket")
@@ -66,7 +69,7 @@ def live_bucket_findings(
                 )
                 continue
             checked.append(f"{where}: {len(bounds)} live boundaries")
-            for threshold in thresholds:
+            for threshold, what in sorted(wanted.items()):
                 if any(math.isclose(b, threshold, rel_tol=1e-6) for b in bounds):
                     continue
                 below = max((b for b in bounds if b < threshold), default=None)
@@ -76,9 +79,10 @@ def live_bucket_findings(
                     LiveFinding(
                         rc.name,
                         sli,
-                        f"{where}: the threshold {format_duration(threshold)} is not a live bucket boundary "
-                        f"(nearest are {near}); good events would be counted at a neighbouring boundary. Move the "
-                        "threshold to a boundary or add it to the histogram's buckets.",
+                        f"{where}: the {what} {format_duration(threshold)} is not a live bucket boundary "
+                        f"(nearest are {near}); its events would be counted at a neighbouring boundary. Move the "
+                        "threshold to a boundary, or add it to the histogram's buckets and declare them in "
+                        "`metric.buckets`.",
                     )
                 )
     return checked, findings

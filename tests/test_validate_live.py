@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from slokit.cli import app
 
 LOOPBACK = "127.0.0.1"
-PROD_LE_MS = (100, 250, 500, 1000, 2500)
+PROD_LE_MS = (100, 250, 400, 500, 1000, 2500)  # 400: the scale-out boundary of 500ms
 STAGING_LE_MS = (100, 300, 700)
 
 
@@ -75,28 +75,38 @@ classes:
   - name: chat
     slos:
       ttft:
-        metric: {{histogram: {name}, model_label: upstream, selector: {{route: /v1/chat/completions}}, unit: ms}}
+        metric:
+          {{histogram: {name}, model_label: upstream, selector: {{route: /v1/chat/completions}}, unit: ms{buckets}}}
         objective: {{percentile: 95, threshold: {threshold}}}
 """
 
 
-def _validate(tmp_path: Path, url: str, threshold: str, name: str = "gw_ttft_ms") -> Any:
+def _validate(tmp_path: Path, url: str, threshold: str, name: str = "gw_ttft_ms", buckets: str = "") -> Any:
     path = tmp_path / "gateway.yaml"
-    path.write_text(SPEC.format(threshold=threshold, name=name), encoding="utf-8")
+    path.write_text(SPEC.format(threshold=threshold, name=name, buckets=buckets), encoding="utf-8")
     return CliRunner().invoke(app, ["validate", str(path), "--prometheus", url])
 
 
 @pytest.mark.prometheus
 @pytest.mark.timeout(120)
 def test_live_boundaries_in_the_specs_scope(tmp_path: Path, scraped: str) -> None:
-    on_boundary = _validate(tmp_path, scraped, "500ms")
-    assert on_boundary.exit_code == 0, on_boundary.output
-    assert "chat ttft (gw_ttft_ms_bucket): 5 live boundaries" in on_boundary.stdout  # staging's 3 kept out
+    # Without declared buckets slokit assumes its own ladder for the scale-out boundary of 0.8 x 500ms, and its
+    # nearest at or below 400ms is 300ms, which this histogram does not have: the live check says so.
+    undeclared = _validate(tmp_path, scraped, "500ms")
+    assert undeclared.exit_code == 1, undeclared.output
+    assert "chat ttft (gw_ttft_ms_bucket): 6 live boundaries" in undeclared.stdout  # staging's 3 kept out
+    assert "the threshold 500ms is not" not in undeclared.stderr
+    assert "the scale-out boundary 300ms is not a live bucket boundary (nearest are 250ms and 400ms)" in (
+        undeclared.stderr
+    )
+
+    declared = _validate(tmp_path, scraped, "500ms", buckets=", buckets: [100, 250, 400, 500, 1000, 2500]")
+    assert declared.exit_code == 0, declared.output
 
     # 300ms is a boundary only of the staging copy, which the spec's selector excludes.
-    missed = _validate(tmp_path, scraped, "300ms")
+    missed = _validate(tmp_path, scraped, "300ms", buckets=", buckets: [100, 250, 300, 400]")
     assert missed.exit_code == 1, missed.output
-    assert "the threshold 300ms is not a live bucket boundary (nearest are 250ms and 500ms)" in missed.stderr
+    assert "the threshold 300ms is not a live bucket boundary (nearest are 250ms and 400ms)" in missed.stderr
 
     absent = _validate(tmp_path, scraped, "500ms", name="gw_ttft_seconds")
     assert absent.exit_code == 1

@@ -11,15 +11,15 @@ from __future__ import annotations
 from typing import Any, Final
 
 from slokit import promql
-from slokit.promql import selector
+from slokit.generate.queries import Queries
 from slokit.spec import Spec
 from slokit.units import format_le, prom_duration
 
 API: Final = "openslo/v1"
 
 
-def _query(name: str, matchers: list[promql.Matcher]) -> str:
-    return f"sum(rate({selector(name, matchers)}[5m]))"
+def _query(selectors: list[str]) -> str:
+    return "sum(" + " or ".join(f"rate({s}[5m])" for s in selectors) + ")"
 
 
 def documents(spec: Spec) -> list[dict[str, Any]]:
@@ -32,18 +32,16 @@ def documents(spec: Spec) -> list[dict[str, Any]]:
             "spec": {"description": spec.description or f"{spec.service} (exported by slokit)"},
         }
     ]
+    queries = Queries(spec)
     for rc in spec.classes:
         for sli, slo in rc.slos.items():
             if slo.objective is None:
                 continue
             hist = spec.histogram(rc, sli)
-            matchers: list[promql.Matcher] = []
-            if hist.model_label is not None:
-                matchers.append(promql.one_of(hist.model_label, sorted(set(rc.models))))
-            matchers.extend(hist.matchers)
-            bound = hist.le_for(slo.objective.threshold)
-            good = _query(f"{hist.name}_bucket", [*matchers, ("le", "=", format_le(bound))])
-            total = _query(f"{hist.name}_count", matchers)
+            # In the spec's deployment scope (`selector:`), one selector per distinct scope of the class's models.
+            le: promql.Matcher = ("le", "=", format_le(hist.le_for(slo.objective.threshold)))
+            good = _query([t.selector for t in queries.histogram_terms(rc, sli, "_bucket", extra=[le])])
+            total = _query([t.selector for t in queries.histogram_terms(rc, sli, "_count")])
             name = f"{spec.service}-{rc.name}-{sli.value}"
             annotations = {
                 "slokit.dev/class": rc.name,
