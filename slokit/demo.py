@@ -46,7 +46,8 @@ import yaml
 from slokit import promql, schema
 from slokit.distributions import Distribution, parse_distribution
 from slokit.generate import generate_all
-from slokit.generate.model import AlertKind, AlertRule
+from slokit.generate.alerts import alert_rules
+from slokit.generate.model import AlertKind, AlertRule, heading_anchor
 from slokit.generate.queries import Queries
 from slokit.generate.writer import write_files
 from slokit.local.alertmanager import Alertmanager, severity_routes, start_alertmanager
@@ -55,6 +56,7 @@ from slokit.local.prometheus import LocalPrometheus, PrometheusError, QueryResul
 from slokit.local.webhook import Notification, WebhookReceiver, describe_alert
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec, SpecError, load_spec
+from slokit.units import parse_duration, prom_duration
 
 DEMO_SPEC: Final = Path(__file__).parent / "data" / "demo.yaml"
 CONTRACT_LABELS: Final = ("severity", "service", "slo", "model", "class")
@@ -337,8 +339,6 @@ _FENCE: Final = re.compile(r"^```\s*([A-Za-z0-9_-]*)\s*$")
 
 def runbook_section(markdown: str, anchor: str) -> str | None:
     """The Markdown section whose heading's anchor is `anchor`, up to the next heading of the same or higher level."""
-    from slokit.generate.model import heading_anchor
-
     lines = markdown.splitlines()
     in_fence = False
     start: int | None = None
@@ -403,8 +403,6 @@ def demo_rule_groups(text: str, max_interval: float) -> dict[str, Any]:
     The generated groups evaluate long windows every few minutes, as production should; the demo tells its story in
     minutes, so it evaluates everything often. Expressions and `for:` durations are untouched.
     """
-    from slokit.units import parse_duration, prom_duration
-
     data = yaml.safe_load(text) or {}
     for group in data.get("groups", []):
         interval = group.get("interval")
@@ -672,8 +670,6 @@ def _fire_time(alert: Mapping[str, Any], rule: AlertRule) -> float | None:
     """When an alert instance started firing (unix seconds): Prometheus's `activeAt` (start of pending) plus the
     rule's `for:`; None when Prometheus did not say."""
     import datetime
-
-    from slokit.units import parse_duration
 
     active = str(alert.get("activeAt", ""))
     match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", active)
@@ -1174,20 +1170,11 @@ class _Story:
 
 
 def _alert_rules(spec: Spec) -> list[AlertRule]:
-    """The generated alerts (the rules generator's `alert_rules`)."""
-    import importlib
-
-    try:
-        module = importlib.import_module("slokit.generate.alerts")
-    except ImportError:
-        raise DemoInputError("this slokit has no alert generator (slokit.generate.alerts)") from None
-    function: Callable[[Spec], Sequence[AlertRule]] = module.alert_rules
-    return list(function(spec))
+    """The generated alerts the demo expects to see fire."""
+    return list(alert_rules(spec))
 
 
 def _seconds(duration: str) -> float:
-    from slokit.units import parse_duration
-
     return parse_duration(duration)
 
 

@@ -24,8 +24,8 @@ from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from slokit import schema
+from slokit.catalog import GPU_NAMES, MODEL_NAMES
 from slokit.distributions import Distribution, DistributionError, parse_distribution
-from slokit.plan.presets import GPU_NAMES, MODEL_NAMES
 from slokit.schema import MeasuredAt, Sli, Source
 from slokit.units import DurationError, format_duration, format_le, parse_duration
 from slokit.yamlloc import LoadedYaml, Location, Path, YamlLocationError, load_yaml

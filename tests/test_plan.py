@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slokit.plan.presets import GPU_NAMES, GPUS, MODEL_NAMES, MODELS, gpu_for_nvml_name
+from slokit.catalog import GPU_NAMES, GPUS, MODEL_NAMES, MODELS, gpu_for_nvml_name
 from slokit.plan.roofline import (
     DEFAULT_EFFICIENCY,
     ModelShape,

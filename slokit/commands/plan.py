@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from slokit.catalog import GPUS, MODELS
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_one_spec_or_exit
-from slokit.plan.presets import GPUS, MODELS
 from slokit.plan.report import render_text
 from slokit.plan.roofline import (
     DEFAULT_ALLREDUCE_LATENCY_SECONDS,

@@ -31,8 +31,8 @@ import pynvml
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from slokit import catalog as presets
 from slokit import schema
-from slokit.plan import presets
 
 log = logging.getLogger("slokit.gpu")
 

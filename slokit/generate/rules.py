@@ -27,7 +27,6 @@ also written as a prometheus-operator PrometheusRule.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -35,6 +34,7 @@ from typing import Any, Final
 from slokit import promql, schema
 from slokit.generate import alerts, queries
 from slokit.generate.model import AlertRule, RecordingRule, RuleGroup
+from slokit.plan.roofline import expected_decode_tokens_per_second
 from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, one_of, selector
 from slokit.schema import Sli
 from slokit.spec import PERCENTILES, RequestClass, Spec
@@ -566,16 +566,9 @@ def _engine_rules(spec: Spec) -> list[RecordingRule]:
 
 def _expected_decode_rules(spec: Spec) -> list[RecordingRule]:
     """The planner's expected decode tokens/s per engine, per model, when the planner can tell."""
-    try:
-        roofline = importlib.import_module("slokit.plan.roofline")
-    except ImportError:
-        return []
-    expected: Any = getattr(roofline, "expected_decode_tokens_per_second", None)
-    if expected is None:
-        return []
     rules = []
     for model in spec.models:
-        value = expected(spec, model)
+        value = expected_decode_tokens_per_second(spec, model)
         if value is None:
             continue
         labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_MODEL: model.name}

@@ -14,7 +14,6 @@ environment's `finalize` hook, so no spec can inject links, headings or HTML. On
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,11 +23,11 @@ import jinja2
 from markupsafe import Markup
 
 from slokit import promql, schema
-from slokit.generate import dashboards
+from slokit.catalog import GPUS
+from slokit.generate import alerts, dashboards
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
 from slokit.generate.queries import Queries
 from slokit.plan import roofline
-from slokit.plan.presets import GPUS
 from slokit.schema import Sli, Source
 from slokit.spec import PERCENTILES, TIER_NAMES, Model, RequestClass, Spec
 from slokit.units import format_duration
@@ -846,13 +845,8 @@ def _model_matcher(label: str, models: Sequence[Model]) -> str:
 # Entry points
 # ==============================================================================================================
 def _alert_rules(spec: Spec) -> list[AlertRule]:
-    """The generated alerts (slokit.generate.alerts), or none while that generator is absent."""
-    try:
-        module = importlib.import_module("slokit.generate.alerts")
-    except ModuleNotFoundError:
-        return []
-    rules: list[AlertRule] = list(module.alert_rules(spec))
-    return rules
+    """The generated alerts the runbook has a section for."""
+    return list(alerts.alert_rules(spec))
 
 
 def render(spec: Spec, rules: Sequence[AlertRule]) -> str:

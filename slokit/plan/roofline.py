@@ -16,12 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from slokit.plan.presets import GPUS, MODELS, GpuPreset, ModelPreset
-
-if TYPE_CHECKING:
-    from slokit.spec import Model, RequestClass, Spec
+from slokit.catalog import GPUS, MODELS, GpuPreset, ModelPreset
+from slokit.schema import Sli
+from slokit.spec import Model, RequestClass, Spec
 
 GIB: Final = 1 << 30
 DTYPE_BYTES: Final[Mapping[str, float]] = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -654,8 +653,6 @@ def _classes_on(spec: Spec, model: Model) -> list[RequestClass]:
 
 def itl_objective_seconds(spec: Spec, model: Model) -> float | None:
     """The tightest ITL or TPOT objective threshold among the classes that run on a model (the batch bound)."""
-    from slokit.schema import Sli
-
     values = [
         slo.objective.threshold
         for request_class in _classes_on(spec, model)
@@ -667,8 +664,6 @@ def itl_objective_seconds(spec: Spec, model: Model) -> float | None:
 
 def ttft_objective_seconds(spec: Spec, model: Model) -> float | None:
     """The tightest TTFT objective threshold among the classes that run on a model."""
-    from slokit.schema import Sli
-
     values = [
         slo.objective.threshold
         for request_class in _classes_on(spec, model)

@@ -29,6 +29,7 @@ import numpy as np
 
 from slokit import promql, schema
 from slokit.generate.queries import Queries
+from slokit.plan.roofline import expected_decode_tokens_per_second
 from slokit.promql import eq, selector
 from slokit.report.analyze import (
     AlertEpisode,
@@ -341,8 +342,6 @@ class PrometheusSource:
         return out
 
     def _expected(self, data: ReportInput) -> None:
-        from slokit.plan.roofline import expected_decode_tokens_per_second
-
         for model in self.spec.models:
             value = expected_decode_tokens_per_second(self.spec, model)
             if value is not None:
