@@ -24,7 +24,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -347,8 +347,11 @@ def rule_levels(spec: Spec) -> list[list[tuple[str, RecordingRule]]]:
     return [by_level[k] for k in sorted(by_level)]
 
 
-def _level_file(path: Path, rules: list[tuple[str, RecordingRule]], spec: Spec) -> Path:
-    intervals = {g.name: g.interval for g in rule_groups(spec)}
+def _level_file(
+    path: Path, rules: list[tuple[str, RecordingRule]], spec: Spec, group_interval: float | None = None
+) -> Path:
+    intervals = {g.name: g.interval if group_interval is None else prom_duration(group_interval)
+                 for g in rule_groups(spec)}  # fmt: skip
     groups: dict[str, list[dict[str, Any]]] = {}
     for group, rule in rules:
         groups.setdefault(group, []).append(rule.to_data())
@@ -358,12 +361,13 @@ def _level_file(path: Path, rules: list[tuple[str, RecordingRule]], spec: Spec) 
 
 
 def run_recording_rules(spec: Spec, server: LocalPrometheus, start: float, end: float, workdir: Path,
-                        progress: Progress) -> None:  # fmt: skip
+                        progress: Progress, group_interval: float | None = None) -> None:  # fmt: skip
     """Every recording rule over [start, end], one level at a time; the server is running after."""
     levels = rule_levels(spec)
     for depth, rules in enumerate(levels):
         began = time.monotonic()
-        rule_file = _level_file(workdir / "rules.yaml", rules, spec)  # one path: group phases hash name and file
+        # One path: group phases hash name and file.
+        rule_file = _level_file(workdir / "rules.yaml", rules, spec, group_interval)
         blocks = backfill_rules([rule_file], server, start, end, workdir / f"blocks{depth}", timeout=1800)
         server.stop()
         move_blocks(blocks, server.data_dir)
@@ -408,6 +412,41 @@ def evaluate_alert(server: LocalPrometheus, candidate: Candidate, start: float, 
                                   finish if finish is not None else last + candidate.interval, candidate.kind,
                                   ongoing=finish is None))  # fmt: skip
     return sorted(firings, key=lambda f: (f.start, f.alertname))
+
+
+_ALERTS_SELECTOR: Final = re.compile(rf"\b{schema.ALERTS_SERIES}\{{[^}}]*\}}")
+
+
+def alerts_query(expr: str) -> str:
+    """An alert expression with every ALERTS selector read as `== 1` (see `write_alerts_series`)."""
+    return _ALERTS_SELECTOR.sub(lambda m: f"({m.group(0)} == 1)", expr)
+
+
+def write_alerts_series(
+    server: LocalPrometheus, fired: Sequence[tuple[Candidate, Sequence[Firing]]], start: float, end: float,
+    workdir: Path,
+) -> None:  # fmt: skip
+    """Backfill `ALERTS{alertname, alertstate="firing", ...} 1` at every evaluation of every firing interval, as
+    Prometheus' rule manager writes it, then restart the server on it (restarted even when nothing fired).
+
+    Prometheus ends a resolved alert's ALERTS series with a stale marker; a backfilled block cannot hold one, so
+    the series would linger for the lookback delta. Instead a 0 is written at the first evaluation after each
+    firing interval, and `alerts_query` reads ALERTS as `== 1`.
+    """
+    writer = OpenMetricsWriter()
+    writer.family(schema.ALERTS_SERIES, "gauge")
+    for candidate, firings in fired:
+        for firing in firings:
+            labels = {**firing.labels, "alertname": candidate.name, "alertstate": "firing"}
+            for t in _eval_times(max(start, firing.start), min(end, firing.end - 1e-3), candidate.interval):
+                writer.sample(schema.ALERTS_SERIES, schema.ALERTS_SERIES, labels, 1.0, t)
+            if firing.end <= end:
+                writer.sample(schema.ALERTS_SERIES, schema.ALERTS_SERIES, labels, 0.0, firing.end)
+    server.stop()
+    if any(firings for _, firings in fired):
+        blocks = backfill_openmetrics(writer.text(), workdir / "alerts-blocks", workdir=workdir / "alerts-scratch")
+        move_blocks(blocks, server.data_dir)
+    server.start(timeout=300)
 
 
 # ==============================================================================================================
@@ -455,10 +494,16 @@ def series_names(server: LocalPrometheus, start: float, end: float) -> set[str]:
 def evaluate(
     spec: Spec, workdir: Path, *, data: Path | None = None, remote: str | None = None,
     remote_range: tuple[float, float] | None = None, variants: Sequence[str] | None = None,
-    progress: Progress = stderr_progress,
+    progress: Progress = stderr_progress, group_interval: float | None = None,
 ) -> Evaluation:  # fmt: skip
-    """Load history, run the rules, evaluate every variant's alerts; the local Prometheus is stopped after."""
+    """Load history, run the rules, evaluate every variant's alerts; the local Prometheus is stopped after.
+
+    `group_interval` evaluates every group at that one interval instead of its own, as `promtool test rules`
+    does (it runs all groups at the test's evaluation_interval): the setting that makes the two comparable.
+    """
     chosen = variant_candidates(spec, variants)
+    if group_interval is not None:
+        chosen = {n: [replace(c, interval=group_interval) for c in cs] for n, cs in chosen.items()}
     workdir.mkdir(parents=True, exist_ok=True)
     server = LocalPrometheus(workdir=workdir / "prometheus", retention="100y",
                              extra_args=("--query.max-samples=200000000", "--query.lookback-delta=5m"))  # fmt: skip
@@ -487,14 +532,31 @@ def evaluate(
         start = lo + (-lo) % ALIGN
         end = hi - hi % 30
         progress(f"history {span_text(hi - lo)} from {lo:.0f} to {hi:.0f}; evaluating rules from {start:.0f}")
-        run_recording_rules(spec, server, start, end, workdir, progress)
+        run_recording_rules(spec, server, start, end, workdir, progress, group_interval)
         result = Evaluation(start=start, end=end, variants=chosen, warnings=warnings)
         unique = {c.key: c for cands in chosen.values() for c in cands}
+        # Alerts that read Prometheus' own ALERTS series (engine alerts, as a ticket or as a page's cause) come
+        # second, after the ALERTS series of the first stage's firings are written where they can read them.
+        # ALERTS holds what a deployment of the generated rules fires: every generated alert of the first stage
+        # (evaluated even when its variant was not asked for), never the fixed-p99 straw man.
+        second = [c for c in unique.values() if schema.ALERTS_SERIES in c.expr]
+        deployed = [c for c in variant_candidates(spec, ["slokit"])["slokit"] if schema.ALERTS_SERIES not in c.expr]
+        if group_interval is not None:
+            deployed = [replace(c, interval=group_interval) for c in deployed]
+        if second:
+            unique.update({c.key: c for c in deployed if c.key not in unique})
+        first = [c for c in unique.values() if schema.ALERTS_SERIES not in c.expr]
         began = time.monotonic()
-        for n, candidate in enumerate(unique.values(), 1):
-            result.alerts[candidate.key] = evaluate_alert(server, candidate, start, end)
-            if n % 20 == 0 or n == len(unique):
-                progress(f"alerts {n}/{len(unique)} evaluated ({time.monotonic() - began:.0f}s)")
+        for stage, candidates in enumerate((first, second)):
+            if stage == 1 and candidates:
+                fired = [(c, result.alerts[c.key]) for c in deployed]
+                write_alerts_series(server, fired, start, end, workdir)
+            for candidate in candidates:
+                query = candidate if stage == 0 else replace(candidate, expr=alerts_query(candidate.expr))
+                result.alerts[candidate.key] = evaluate_alert(server, query, start, end)
+                done = len(result.alerts)
+                if done % 20 == 0 or done == len(unique):
+                    progress(f"alerts {done}/{len(unique)} evaluated ({time.monotonic() - began:.0f}s)")
         result.p99 = _p99_series(server, spec, start, end)
         return result
     finally:

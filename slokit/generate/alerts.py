@@ -489,7 +489,8 @@ def _scale_out_alerts(b: _Builder) -> None:
 
 
 def page_firing(spec: Spec, model: str) -> str:
-    """Prometheus' ALERTS series of this model's firing pages."""
+    """Prometheus' ALERTS series of this model's firing pages, leaving out the engine alerts' cause copies
+    (`cause=""`: the label is absent), which would otherwise keep themselves firing after the page resolves."""
     return selector(
         schema.ALERTS_SERIES,
         [
@@ -497,6 +498,7 @@ def page_firing(spec: Spec, model: str) -> str:
             eq("severity", spec.alerting.severity.page),
             eq(schema.RULE_LABEL_SERVICE, spec.service),
             eq(schema.RULE_LABEL_MODEL, model),
+            eq(schema.RULE_LABEL_CAUSE, ""),
         ],
     )
 
