@@ -484,7 +484,11 @@ def _scale_out_alerts(b: _Builder) -> None:
 
 
 def page_firing(spec: Spec, model: str) -> str:
-    """Prometheus' ALERTS series of this model's firing pages."""
+    """Prometheus' ALERTS series of this model's firing pages, the engine cause copies left out.
+
+    `cause=""` matters: a cause copy is itself a page-severity alert, so without it a copy would keep itself
+    firing (and its ticket muted) after every real page of the model has resolved, and page on its own.
+    """
     return selector(
         schema.ALERTS_SERIES,
         [
@@ -492,6 +496,7 @@ def page_firing(spec: Spec, model: str) -> str:
             eq("severity", spec.alerting.severity.page),
             eq(schema.RULE_LABEL_SERVICE, spec.service),
             eq(schema.RULE_LABEL_MODEL, model),
+            eq(schema.RULE_LABEL_CAUSE, ""),
         ],
     )
 
@@ -505,7 +510,8 @@ def _engine_pair(
     notification of the same incident. So each is generated twice with the same alertname: a ticket `unless` a page
     of the model fires, and a page-severity copy labelled `cause: engine` only while one does. Alertmanager's page
     route groups by service and model, so the copy joins the page's group (see alertmanager.py); it never exists
-    without a page, so it never wakes anyone on its own. The copy has no `for:` of its own: it joins at once.
+    without a page (the join leaves the copies themselves out, see page_firing), so it never wakes anyone on its
+    own. The copy has no `for:` of its own: it joins at once.
     """
     spec = b.spec
     on = f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL})"
