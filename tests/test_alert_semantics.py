@@ -238,3 +238,28 @@ def test_validate_prints_the_burn_table_and_warns_about_adapted_tiers(tmp_path: 
     assert "page tier 1h/5m adapted for chat e2e" in result.stderr
     assert "could never fire" in result.stderr
     assert "scale-out: more than 5.00% of requests above 800ms" in out
+
+
+@pytest.mark.prometheus
+def test_engine_cause_rides_a_page_and_falls_back_to_a_ticket_after_it(tmp_path: Path, promtool_path: str) -> None:
+    """The engine stays full (requests waiting, every slot running) through healthy traffic, a 30-minute TTFT
+    outage and the recovery. While the outage pages, the queue alert is the page's `cause: engine` copy; once
+    every page of the model has resolved, the copy must go too (it must not keep itself alive through `ALERTS`,
+    being a page-severity alert) and the queue alert is a ticket again."""
+    spec = _spec(TIERED.replace("percentile: 99, threshold: 20s", "percentile: 95, threshold: 1s"))
+    phases = [Phase(60, 60, {0.1: 1.0}), Phase(30, 60, {3.0: 1.0}), Phase(60, 60, {0.1: 1.0})]
+    series = _histogram(spec, Sli.TTFT, phases)
+    minutes = sum(p.minutes for p in phases) + 1
+    engine = selector("", [(spec.metrics.model_label, "=", MODEL), ("engine", "=", "0")])
+    series += [
+        {"series": f"{spec.metrics.requests_waiting}{engine}", "values": f"5x{minutes}"},
+        {"series": f"{spec.metrics.requests_running}{engine}", "values": f"64x{minutes}"},
+    ]
+    slo_page = 'clamp_max(count(ALERTS{alertstate="firing",severity="critical",cause=""}) or vector(0), 1)'
+    cause = _firing(alerts.NAME_QUEUE, severity="critical", cause="engine")
+    ticket = _firing(alerts.NAME_QUEUE, severity="warning")
+    _run(tmp_path, spec, series, [
+        (ticket, "30m", 1), (cause, "30m", 0),  # healthy traffic on a full engine: a ticket
+        (slo_page, "88m", 1), (cause, "88m", 1), (ticket, "88m", 0),  # the outage pages; the queue rides along
+        (slo_page, "140m", 0), (cause, "140m", 0), (ticket, "140m", 1),  # recovered: a ticket again
+    ])  # fmt: skip

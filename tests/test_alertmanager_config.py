@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from slokit.generate import alertmanager
-from slokit.spec import load_spec, load_spec_text
+from slokit.spec import Spec, load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -73,3 +74,81 @@ def test_receiver_names_come_from_the_spec(amtool_path: str, tmp_path: Path) -> 
     config, service, page = _write(tmp_path, NAMED_RECEIVERS)
     assert _route(amtool, config, service=service, severity=page, model="m1") == "oncall-pager"
     assert _route(amtool, config, service=service, severity="warning", model="m1") == "team-queue"
+
+
+TEAM_CONFIG = Path(__file__).resolve().parent / "data" / "alertmanager-team.yaml"
+
+
+def _team() -> dict[str, Any]:
+    data = yaml.safe_load(TEAM_CONFIG.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def _check(amtool: str, path: Path) -> None:
+    checked = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _with_receivers(example: Path, page: str, ticket: str) -> Spec:
+    """The example spec as a team that already has a pager and a ticket queue would write it."""
+    data = yaml.safe_load(example.read_text(encoding="utf-8"))
+    data.setdefault("alerting", {})["receivers"] = {"page": page, "ticket": ticket}
+    return load_spec_text(yaml.safe_dump(data, sort_keys=False), example.name)
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_checked_in_config_merges_into_a_team_config(amtool_path: str, tmp_path: Path, example: Path) -> None:
+    """The file `slokit generate` wrote, as it is and merged into the sample team configuration: both load, slokit's
+    pages and tickets reach slokit's receivers (not the team's catch-all critical route), and the team's own routes
+    still route as before."""
+    amtool = amtool_path
+    spec = load_spec(example)
+    generated_path = ROOT / alertmanager.path(spec)
+    _check(amtool, generated_path)
+    generated = yaml.safe_load(generated_path.read_text(encoding="utf-8"))
+    merged = alertmanager.merge(_team(), generated)
+    config = tmp_path / "merged.yaml"
+    config.write_text(yaml.safe_dump(merged, sort_keys=False), encoding="utf-8")
+    _check(amtool, config)
+
+    severity, model = spec.alerting.severity, spec.models[0].name
+    slo = {"service": spec.service, "model": model, "class": spec.classes[0].name, "slo": "ttft"}
+    assert _route(amtool, config, alertname="SlokitErrorBudgetBurn", severity=severity.page, **slo) == "page"
+    assert _route(amtool, config, alertname="SlokitLatencyAboveAcceptable", severity=severity.ticket, **slo) == "ticket"
+    assert _route(amtool, config, alertname="SlokitExporterGone", severity=severity.page, service=spec.service,
+                  model=model) == "page"  # fmt: skip
+    # The team's routes are untouched.
+    assert _route(amtool, config, alertname="PaymentsDown", severity="critical", service="payments") == "platform-pager"
+    assert _route(amtool, config, alertname="ReplicationLag", severity="warning", team="database") == "dba-email"
+    assert _route(amtool, config, alertname="Watchdog") == "null"
+    assert _route(amtool, config, alertname="DiskFilling", severity="warning") == "platform-slack"
+    names = [r["name"] for r in merged["receivers"]]
+    assert len(names) == len(set(names))
+    assert {"page", "ticket"} <= set(names)
+    assert merged["inhibit_rules"][: len(_team()["inhibit_rules"])] == _team()["inhibit_rules"]
+    assert merged["inhibit_rules"][len(_team()["inhibit_rules"]) :] == generated["inhibit_rules"]
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_spec_naming_the_teams_receivers_keeps_their_integrations(
+    amtool_path: str, tmp_path: Path, example: Path
+) -> None:
+    amtool = amtool_path
+    spec = _with_receivers(example, "llm-oncall", "llm-tickets")
+    generated = alertmanager.config(spec)
+    as_is = tmp_path / "generated.yaml"
+    as_is.write_text(yaml.safe_dump(generated, sort_keys=False), encoding="utf-8")
+    _check(amtool, as_is)
+    merged = alertmanager.merge(_team(), generated)
+    config = tmp_path / "merged.yaml"
+    config.write_text(yaml.safe_dump(merged, sort_keys=False), encoding="utf-8")
+    _check(amtool, config)
+    assert merged["receivers"] == _team()["receivers"]  # nothing added: the team's receivers carry the integrations
+    severity, model = spec.alerting.severity, spec.models[0].name
+    slo = {"service": spec.service, "model": model, "class": spec.classes[0].name, "slo": "ttft"}
+    assert _route(amtool, config, alertname="SlokitErrorBudgetBurn", severity=severity.page, **slo) == "llm-oncall"
+    assert _route(amtool, config, alertname="SlokitLatencyAboveAcceptable", severity=severity.ticket,
+                  **slo) == "llm-tickets"  # fmt: skip

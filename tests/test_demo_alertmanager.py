@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slokit.local.alertmanager import check_config, config, severity_routes, start_alertmanager
+from slokit.local.alertmanager import check_config, config, severity_routes, start_alertmanager, with_webhooks
 from slokit.local.webhook import Notification, WebhookReceiver, describe_alert
 
 
@@ -36,6 +36,35 @@ def test_config_routes_each_severity_to_its_own_path() -> None:
         "other": "http://127.0.0.1:1/other",
     }
     assert "severity" not in data["route"]["group_by"]
+
+
+def test_with_webhooks_gives_every_receiver_a_webhook_and_shortens_only_the_timers() -> None:
+    generated = {
+        "route": {
+            "receiver": "ticket",
+            "routes": [
+                {"receiver": "ticket", "matchers": ['service="s"'], "group_by": ["service", "model", "class"],
+                 "group_wait": "30s", "group_interval": "5m", "repeat_interval": "12h",
+                 "routes": [{"receiver": "page", "matchers": ['severity="critical"'], "repeat_interval": "1h"}]},
+            ],
+        },
+        "receivers": [{"name": "page"}, {"name": "ticket", "slack_configs": [{"channel": "#x"}]}],
+        "inhibit_rules": [{"source_matchers": ['severity="critical"'], "target_matchers": ['severity="warning"']}],
+    }  # fmt: skip
+    data = with_webhooks(generated, "http://127.0.0.1:1/", group_wait="1s", group_interval="2s")
+    hook = {"send_resolved": True, "max_alerts": 0}
+    assert data["receivers"] == [
+        {"name": "page", "webhook_configs": [{"url": "http://127.0.0.1:1/page", **hook}]},
+        {"name": "ticket", "webhook_configs": [{"url": "http://127.0.0.1:1/ticket", **hook}]},
+    ]
+    root = data["route"]
+    assert (root["group_wait"], root["group_interval"]) == ("1s", "2s")
+    service = root["routes"][0]
+    assert (service["group_wait"], service["group_interval"], service["repeat_interval"]) == ("1s", "2s", "12h")
+    assert service["group_by"] == ["service", "model", "class"]
+    assert service["routes"][0] == generated["route"]["routes"][0]["routes"][0]  # sets no timer of its own
+    assert data["inhibit_rules"] == generated["inhibit_rules"]
+    assert generated["receivers"][0] == {"name": "page"}  # the input is not changed
 
 
 def test_webhook_keeps_notifications_and_rejects_garbage() -> None:

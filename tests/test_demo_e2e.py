@@ -74,6 +74,11 @@ def test_demo_tells_the_whole_story(tmp_path: Path) -> None:
     delivered = [a for a in notification.firing(labels["alertname"]) if a["labels"].get("class") == "chat"]
     assert delivered and delivered[0]["labels"]["severity"] == page
     assert delivered[0]["annotations"]["runbook_url"] == annotations["runbook_url"]
+    # One incident, one page: a single page group, and its notification carries the engine cause (queue full).
+    assert result.page_groups == 1
+    assert any("SlokitEngineQueueFull" in line and "cause=engine" in line for line in result.page_alerts), (
+        result.page_alerts
+    )
 
     # The runbook section it links to exists, and its first query (queue depth) shows requests waiting.
     assert result.runbook_path is not None and result.runbook_path.is_file()

@@ -489,8 +489,11 @@ def _scale_out_alerts(b: _Builder) -> None:
 
 
 def page_firing(spec: Spec, model: str) -> str:
-    """Prometheus' ALERTS series of this model's firing pages, leaving out the engine alerts' cause copies
-    (`cause=""`: the label is absent), which would otherwise keep themselves firing after the page resolves."""
+    """Prometheus' ALERTS series of this model's firing pages, the engine cause copies left out.
+
+    `cause=""` matters: a cause copy is itself a page-severity alert, so without it a copy would keep itself
+    firing (and its ticket muted) after every real page of the model has resolved, and page on its own.
+    """
     return selector(
         schema.ALERTS_SERIES,
         [
@@ -512,7 +515,8 @@ def _engine_pair(
     notification of the same incident. So each is generated twice with the same alertname: a ticket `unless` a page
     of the model fires, and a page-severity copy labelled `cause: engine` only while one does. Alertmanager's page
     route groups by service and model, so the copy joins the page's group (see alertmanager.py); it never exists
-    without a page, so it never wakes anyone on its own. The copy has no `for:` of its own: it joins at once.
+    without a page (the join leaves the copies themselves out, see page_firing), so it never wakes anyone on its
+    own. The copy has no `for:` of its own: it joins at once.
     """
     spec = b.spec
     on = f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL})"

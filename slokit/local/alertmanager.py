@@ -12,10 +12,12 @@ nothing listens beyond the one loopback port.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +95,41 @@ def config(
             for r in routes
         ],
     }
+
+
+def with_webhooks(
+    data: Mapping[str, Any], webhook_base: str, *, group_wait: str = "1s", group_interval: str = "5s"
+) -> dict[str, Any]:
+    """A copy of an Alertmanager configuration for a run on loopback ports.
+
+    Every receiver's integrations are replaced by one webhook to `<webhook_base>/<receiver name>` (what a team does
+    to the receivers the generated configuration declares by name only), and every route's `group_wait` and
+    `group_interval` are shortened: the root route's are set, and any child route that sets its own is changed, so
+    a notification arrives within seconds. Grouping, matchers, repeat intervals and inhibitions are untouched.
+    """
+    out = copy.deepcopy(dict(data))
+    base = webhook_base.rstrip("/")
+    integrations = {"webhook_configs", "email_configs", "pagerduty_configs", "slack_configs", "opsgenie_configs",
+                    "victorops_configs", "pushover_configs", "wechat_configs", "telegram_configs", "sns_configs",
+                    "webex_configs", "discord_configs", "msteams_configs", "msteamsv2_configs", "jira_configs",
+                    "rocketchat_configs"}  # fmt: skip
+    receivers = []
+    for receiver in out.get("receivers", []):
+        kept = {k: v for k, v in receiver.items() if k not in integrations}
+        url = f"{base}/{urllib.parse.quote(str(receiver['name']), safe='')}"
+        kept["webhook_configs"] = [{"url": url, "send_resolved": True, "max_alerts": 0}]
+        receivers.append(kept)
+    out["receivers"] = receivers
+
+    def shorten(route: dict[str, Any], root: bool) -> None:
+        for key, value in (("group_wait", group_wait), ("group_interval", group_interval)):
+            if root or key in route:
+                route[key] = value
+        for child in route.get("routes", []):
+            shorten(child, False)
+
+    shorten(out.setdefault("route", {}), True)
+    return out
 
 
 @dataclass

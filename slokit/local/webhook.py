@@ -69,7 +69,7 @@ def describe_alert(alert: Mapping[str, Any], path: str = "") -> str:
     labels = _labels(alert)
     annotations = alert.get("annotations", {})
     runbook = annotations.get("runbook_url", "") if isinstance(annotations, Mapping) else ""
-    where = {k: labels[k] for k in ("service", "model", "class", "slo") if k in labels}
+    where = {k: labels[k] for k in ("service", "model", "class", "slo", "cause") if k in labels}
     route = f"[{path.strip('/') or '-'}] " if path else ""
     return (
         f"{route}{str(alert.get('status', '?')).upper()} {labels.get('alertname', '?')} "
