@@ -59,8 +59,14 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
         # Chaos drill: requests of this (undeclared) header value make the exporter raise while processing them,
         # so a test can check that faults are counted and requests still succeed. See docs/exporter.md.
         env={"SLOKIT_EXPORTER_DRILL_HEADER": DRILL_CLASS, "PYTHONPATH": _python_path()},
-        # A slow ASGI layer (a CPU-starved API server) for requests that ask for it; see tests/slow_asgi.py.
-        extra_args=["--middleware", "tests.slow_asgi.SlowAsgiLayer"],
+        # A slow ASGI layer (a CPU-starved API server) for requests that ask for it; see tests/slow_asgi.py. The
+        # memory probe answers /slokit-test/memory with what the exporter holds (tests/memory_probe.py).
+        extra_args=[
+            "--middleware",
+            "tests.slow_asgi.SlowAsgiLayer",
+            "--middleware",
+            "tests.memory_probe.MemoryProbe",
+        ],
     )
     try:
         yield server

@@ -1,0 +1,137 @@
+"""Soak smoke test: what slokit's exporter holds inside the real vLLM server does not grow with requests.
+
+The session engine loads tests/memory_probe.py as a middleware; it reports, from inside the API server, the
+exporter's per-request entries, the label sets its collector exposes, the objects reachable from slokit's modules
+and the live memory slokit's own lines allocated (tracemalloc, started by this test and stopped at its end).
+
+Three rounds of the same mix (declared classes, no header, distinct undeclared and hostile values, `n=2`, aborts
+mid-stream). After each round the engine goes idle, the exporter's abort sweep runs, and the probe is read. The
+first round warms up (label sets for each class and finish reason, dictionaries at their working size); the second
+and third must then leave everything where it was: a leak of one object per request shows as dozens.
+bench/soak.py runs the same accounting for minutes under steady load.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from slokit import schema
+from slokit.local.vllm_server import VllmServer
+from tests.memory_probe import PATH
+
+pytestmark = pytest.mark.vllm
+
+ROUND = 48  # requests per round
+ABORT_EVERY = 4  # every 4th request is closed after its first streamed chunk
+SETTLE_S = 2.5  # longer than the exporter's abort sweep interval (2 s)
+# Allowed change between rounds. The object graph reachable from slokit is exact once warm (the same label sets,
+# dictionaries at their working size): a list that keeps every request adds ROUND references per round. slokit's
+# live traced memory moves a little without a leak, because a histogram cell's float is a new allocation at its
+# first observation after tracing began (bounded by the number of cells); a leak holds at least one object (32
+# bytes or more) per request.
+OBJECT_SLACK = 0
+BYTES_PER_REQUEST = 32
+
+
+def _probe(server: VllmServer, action: str = "sample") -> dict[str, Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        connection.request("GET", f"{PATH}?action={action}")
+        response = connection.getresponse()
+        body = response.read()
+        assert response.status == 200, body
+        answer: dict[str, Any] = json.loads(body)
+        return answer
+    finally:
+        connection.close()
+
+
+def _request(server: VllmServer, header: str | bytes | None, abort: bool, n: int = 1) -> str:
+    body = json.dumps(
+        {
+            "model": server.served_model_name,
+            "prompt": "soak " * 4,
+            "max_tokens": 8,
+            "ignore_eos": True,
+            "stream": True,
+            "temperature": 0 if n == 1 else 1.0,  # vLLM: "n must be 1 when using greedy sampling"
+            "n": n,
+        }
+    )
+    headers: dict[str, str | bytes] = {"content-type": "application/json"}
+    if header is not None:
+        headers[schema.CLASS_HEADER] = header
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    try:
+        connection.request("POST", "/v1/completions", body=body, headers=headers)
+        response = connection.getresponse()
+        if response.status != 200:
+            return f"HTTP {response.status}: {response.read(300)!r}"
+        while line := response.readline():
+            if abort and line.startswith(b"data: "):
+                return "aborted"
+            if line.strip() == b"data: [DONE]":
+                return "done"
+        return "no [DONE]"
+    finally:
+        connection.close()
+
+
+def _round(server: VllmServer, number: int) -> list[str]:
+    jobs: list[tuple[str | bytes | None, bool, int]] = []
+    for i in range(ROUND):
+        header: str | bytes | None = ("chat", "batch", None, f"tenant-{number}-{i}", b"\xff\xfe", "y" * 300)[i % 6]
+        jobs.append((header, i % ABORT_EVERY == ABORT_EVERY - 1, 2 if i % 8 == 0 else 1))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(lambda job: _request(server, *job), jobs))
+
+
+def _settled(server: VllmServer) -> dict[str, Any]:
+    """Idle engine, abort sweep run (a request after the sweep interval makes vLLM call record()), probe read."""
+    time.sleep(SETTLE_S)
+    assert _request(server, "chat", False) == "done"
+    sample: dict[str, Any] = {}
+    for _ in range(20):  # the finished record of that request may trail its [DONE] by an engine step
+        sample = _probe(server)
+        if not sum(sample["tracked"].values()):
+            break
+        time.sleep(0.1)
+    return sample
+
+
+def test_exporter_state_does_not_grow_with_requests(vllm_server: VllmServer) -> None:
+    first = _probe(vllm_server)
+    assert first["plugin"], first  # the probe sees the exporter in the API server
+    _probe(vllm_server, "start")
+    try:
+        samples = []
+        for number in range(3):
+            outcomes = _round(vllm_server, number)
+            assert outcomes.count("aborted") == ROUND // ABORT_EVERY, outcomes
+            assert outcomes.count("done") == ROUND - ROUND // ABORT_EVERY, outcomes
+            samples.append(_settled(vllm_server))
+    finally:
+        _probe(vllm_server, "stop")
+    warm, second, third = samples
+    figures = {
+        key: [s[key] for s in samples]
+        for key in ("collector_series", "graph_objects", "graph_refs", "slokit_traced_bytes")
+    }
+    detail = f"{figures}; largest slokit allocations after round 3: {third['top']}"
+
+    # Per-request bookkeeping is empty whenever the engine is idle: finished and aborted requests are forgotten.
+    assert [s["tracked"] for s in samples] == [{"pending": 0, "decoding": 0, "by_external": 0}] * 3, detail
+    # Label sets are bounded by classes x finish reasons: the distinct header values of each round add none.
+    assert warm["collector_series"] == second["collector_series"] == third["collector_series"], detail
+    assert not third["graph_truncated"]
+    # Not proportional to requests: 2 x ROUND more requests, nothing more held.
+    for key in ("graph_objects", "graph_refs"):
+        assert third[key] - second[key] <= OBJECT_SLACK, (key, detail)
+        assert second[key] - warm[key] <= OBJECT_SLACK, (key, detail)
+    assert third["slokit_traced_bytes"] - second["slokit_traced_bytes"] < BYTES_PER_REQUEST * ROUND, detail
