@@ -13,9 +13,10 @@ import yaml
 from slokit.generate import dashboards
 from slokit.generate.model import AlertKind, AlertRule
 from slokit.generate.writer import notice
-from slokit.local.prometheus import check_rule_files
+from slokit.local.prometheus import check_rule_files, run_rule_tests
 from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
+from slokit.units import format_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = [*sorted((ROOT / "examples").glob("*.yaml")), ROOT / "tests" / "data" / "engine-spec.yaml"]
@@ -111,30 +112,199 @@ def test_debugging_rows_follow_the_runbook_order(spec: Spec) -> None:
     assert "Queue" in rows[0] and "Decode" in rows[1] and "KV" in rows[2] and "Interconnect" in rows[3]
 
 
-def test_tier_thresholds_drawn_on_latency_panels() -> None:
-    spec = load_spec(ROOT / "examples" / "assistant.yaml")
-    board = _boards(spec)["dashboards/assistant-latency.json"]
-    ttft = next(p for p in board["panels"] if p["title"].startswith("TTFT p50"))
-    legends = {t["legendFormat"]: t["expr"] for t in ttft["targets"]}
-    chat = (
-        ' and on () count(rate(slokit_time_to_first_token_seconds_count{namespace="prod", job="vllm", '
-        'model=~"$model", class="chat", class=~"$class"}[$__rate_interval]))'
-    )
-    assert legends["chat p95 acceptable 500ms"] == "vector(0.5)" + chat
-    assert legends["code p50 critical 500ms"] == "vector(0.5)" + chat.replace('"chat"', '"code"')
-    assert legends["chat objective 95% 500ms"] == "vector(0.5)" + chat
-
-
 def test_tier_state_expression_ranks_the_worst_tier_exceeded() -> None:
     spec = load_spec(ROOT / "examples" / "assistant.yaml")
     chat = spec.request_class("chat")
     expr = dashboards._tier_state_expr(spec, chat, chat.slos[next(iter(chat.slos))], "p50")
     assert expr is not None
     # target (rank 1), acceptable (2) and critical (3) each add the step to their rank
-    assert expr.count("> bool") == 3 and expr.endswith("* 1")
+    ranks = expr.split(" and on (")[0]
+    assert expr.count("> bool") == 3 and ranks.endswith("* 1)")
     itl = chat.slos[next(s for s in chat.slos if s.value == "itl")]
     only_critical = dashboards._tier_state_expr(spec, chat, itl, "p50")
-    assert only_critical is not None and only_critical.endswith("> bool 0.15) * 3")
+    assert only_critical is not None and only_critical.split(" and on (")[0].endswith("> bool 0.15) * 3)")
+
+
+def _panel_with(board: dict[str, Any], legend: str) -> dict[str, Any]:
+    """The one panel that draws a series with this legend."""
+    (panel,) = [p for p in board["panels"] if any(t.get("legendFormat") == legend for t in p.get("targets", []))]
+    return panel
+
+
+def _percentile_exprs(panel: dict[str, Any]) -> list[str]:
+    return [t["expr"] for t in panel["targets"] if re.match(r"p\d", t["legendFormat"])]
+
+
+def test_tier_lines_are_drawn_on_the_histogram_each_slo_reads() -> None:
+    """assistant.yaml (source slokit): TTFT and E2E are measured at the frontend by default, ITL at the engine."""
+    spec = load_spec(ROOT / "examples" / "assistant.yaml")
+    m = spec.metrics
+    board = _boards(spec)["dashboards/assistant-latency.json"]
+    ttft = _panel_with(board, "chat p95 acceptable 500ms")
+    assert ttft is _panel_with(board, "code p50 critical 500ms")  # both classes read the frontend TTFT
+    frontend = m.frontend_latency[Sli.TTFT]
+    percentiles = _percentile_exprs(ttft)
+    assert len(percentiles) == 3
+    assert all(f"{frontend}_bucket{{" in e and m.latency[Sli.TTFT] + "_" not in e for e in percentiles)
+    assert all("sum by (le, model, class, instance) (" in e for e in percentiles)  # no engine label there
+    legends = {t["legendFormat"]: t["expr"] for t in ttft["targets"]}
+    chat = (
+        f' and on () count(rate({frontend}_count{{namespace="prod", job="vllm", model=~"$model", class="chat", '
+        'class=~"$class"}[$__rate_interval]))'
+    )
+    assert legends["chat p95 acceptable 500ms"] == "vector(0.5)" + chat
+    assert legends["code p50 critical 500ms"] == "vector(0.5)" + chat.replace('"chat"', '"code"')
+    assert legends["chat objective 95% 500ms"] == "vector(0.5)" + chat
+    # The engine's TTFT is still drawn, beside it and without any SLO's lines.
+    engine = next(p for p in board["panels"] if p["title"].startswith("TTFT p50 / p95 / p99 at the engine"))
+    assert all(m.latency[Sli.TTFT] + "_bucket{" in e for e in _percentile_exprs(engine))
+    assert len(engine["targets"]) == 3
+    # ITL is measured at the engine: its lines are on the engine's ITL histogram.
+    itl = _panel_with(board, "chat p95 acceptable 50ms")
+    assert all(m.latency[Sli.ITL] + "_bucket{" in e for e in _percentile_exprs(itl))
+    # Every tier line of every class is drawn once, on the panel of its own histogram.
+    for rc in spec.classes:
+        for sli, slo in rc.slos.items():
+            hist = spec.histogram(rc, sli)
+            for tier in ("target", "acceptable", "critical"):
+                for pct, seconds in slo.tiers.tier(tier).items():
+                    panel = _panel_with(board, f"{rc.name} {pct} {tier} {format_duration(seconds)}")
+                    assert all(f"{hist.name}_bucket{{" in e for e in _percentile_exprs(panel)), (rc.name, sli)
+
+
+def test_classes_measured_in_different_places_get_their_own_panels() -> None:
+    text = (ROOT / "examples" / "assistant.yaml").read_text()
+    code_ttft = "      ttft:\n        objective: {percentile: 99, threshold: 300ms}"
+    assert code_ttft in text
+    spec = load_spec_text(text.replace(code_ttft, code_ttft.replace("ttft:\n", "ttft:\n        measured_at: engine\n")))
+    assert spec.histogram(spec.request_class("code"), Sli.TTFT).name == spec.metrics.latency[Sli.TTFT]
+    board = _boards(spec)["dashboards/assistant-latency.json"]
+    chat, code = _panel_with(board, "chat p95 acceptable 500ms"), _panel_with(board, "code p50 critical 500ms")
+    assert chat is not code
+    assert all(spec.metrics.frontend_latency[Sli.TTFT] + "_bucket{" in e for e in _percentile_exprs(chat))
+    assert all('class=~"chat"' in e for e in _percentile_exprs(chat))
+    assert all(spec.metrics.latency[Sli.TTFT] + "_bucket{" in e for e in _percentile_exprs(code))
+    assert all('class=~"code"' in e and 'engine=~"$engine"' in e for e in _percentile_exprs(code))
+    assert not any(t["legendFormat"].startswith("code ") for t in chat["targets"])
+    assert not any(t["legendFormat"].startswith("chat ") for t in code["targets"])
+    # Each class's latency alerts link to the panel of the histogram its SLO reads.
+    built = dashboards.build(spec)
+    for name, panel in (("chat", chat), ("code", code)):
+        rule = _rule(AlertKind.BASELINE, request_class=name, sli=Sli.TTFT, model="llama-3-70b")
+        assert dashboards.panel_for(built, rule).panel_id == panel["id"]
+
+
+def test_a_millisecond_histogram_is_drawn_in_seconds() -> None:
+    spec = load_spec(ROOT / "tests" / "data" / "engines" / "custom-histogram.yaml")
+    board = _boards(spec)["dashboards/gateway-latency.json"]
+    panel = _panel_with(board, "chat p50 critical 1s")
+    percentiles = _percentile_exprs(panel)
+    assert len(percentiles) == 3
+    for expr in percentiles:
+        assert expr.startswith("(histogram_quantile(") and expr.endswith(") * 0.001")
+        assert "gateway_first_token_latency_ms_bucket{" in expr
+        assert 'upstream_model=~"$model"' in expr and 'route=~"/v1/chat.*"' in expr and 'code!~"5.."' in expr
+        assert "sum by (le, upstream_model, instance)" in expr
+    assert panel["fieldConfig"]["defaults"]["unit"] == "s"
+    legends = {t["legendFormat"]: t["expr"] for t in panel["targets"]}
+    assert legends["chat p50 critical 1s"].startswith("vector(1) and on () count(rate(gateway_first_token_latency_ms")
+    assert legends["chat objective 95% 500ms"].startswith("vector(0.5) and on ()")  # thresholds stay in seconds
+    heatmap = next(p for p in board["panels"] if p["type"] == "heatmap" and "gateway_first" in p["targets"][0]["expr"])
+    assert heatmap["fieldConfig"]["defaults"]["unit"] == "ms"  # the buckets as exported
+    # A histogram without a model label: its lines follow the model and class variables through _chosen.
+    e2e = _panel_with(board, "chat objective 99% 10s")
+    line = {t["legendFormat"]: t["expr"] for t in e2e["targets"]}["chat objective 99% 10s"]
+    assert '"$model"' in line and '"$class"' in line
+    assert all("http_request_duration_seconds_bucket{" in e for e in _percentile_exprs(e2e))
+
+
+@pytest.mark.prometheus
+def test_variable_checks_and_traffic_guard_evaluate(tmp_path: Path, promtool_path: str) -> None:
+    """On Prometheus itself: a class line of a label-less histogram follows the variable, and the tier state reads
+    its rank with enough traffic and "too little traffic" below alerting.min_requests."""
+    spec = load_spec(ROOT / "examples" / "assistant.yaml")
+    chat = spec.request_class("chat")
+    chosen = dashboards._chosen("class", "chat")
+    tier = substitute(dashboards._tier_state_expr(spec, chat, chat.slos[Sli.TTFT], "p50") or "", spec)
+    labels = 'service="assistant", model="llama-3-70b", class="chat", slo="ttft"'
+    quantile = f'slokit:latency_seconds:quantile5m{{{labels}, quantile="0.5"}}'
+    rate = f'slokit_engine:latency_bucket:rate5m{{{labels}, le="+Inf", instance="a", engine="0"}}'
+
+    def case(requests_per_second: float, checks: list[tuple[str, float]]) -> dict[str, Any]:
+        return {
+            "interval": "1m",
+            "input_series": [
+                {"series": quantile, "values": "0.4x10"},  # over target 200ms and acceptable 300ms, under critical
+                {"series": rate, "values": f"{requests_per_second}x10"},
+            ],
+            "promql_expr_test": [
+                {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": value}]}
+                for expr, value in checks
+            ],
+        }
+
+    enough = [
+        (f"sum({tier})", 2),
+        (f"count({chosen.replace('$class', '(chat|code)')})", 1),
+        (f"count({chosen.replace('$class', '(code|other)')}) or vector(0)", 0),
+    ]
+    tests = [case(0.2, enough), case(0.05, [(f"sum({tier})", dashboards.LOW_TRAFFIC_VALUE)])]  # 60, then 15 in 5m
+    (tmp_path / "empty.yaml").write_text("groups: []\n")
+    path = tmp_path / "guard.test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": ["empty.yaml"], "evaluation_interval": "1m", "tests": tests}))
+    result = run_rule_tests([path])
+    assert result.ok, result
+
+
+def test_too_little_traffic_is_said_where_signals_need_min_requests() -> None:
+    text = (ROOT / "examples" / "summarize.yaml").read_text()
+    spec = load_spec_text(text.replace("alerting:\n", "alerting:\n  min_requests: 17\n"))
+    assert spec.alerting.min_requests == 17
+    boards = {path.rsplit("-", 1)[1]: data for path, data in _boards(spec).items()}
+    # Tier state: every query reads the 5m request count against min_requests; -1 is mapped to the text.
+    tiers = [p for p in boards["overview.json"]["panels"] if p["title"] == "Tier status per percentile"]
+    assert tiers
+    for panel in tiers:
+        options = panel["fieldConfig"]["defaults"]["mappings"][0]["options"]
+        assert options[str(dashboards.LOW_TRAFFIC_VALUE)]["text"] == "too little traffic"
+        for target in panel["targets"]:
+            expr = target["expr"]
+            assert "slokit_engine:latency_bucket:rate5m{" in expr and 'le="+Inf"' in expr
+            assert "* 300 >= 17)" in expr and "* 300 < 17) * 0 - 1)" in expr
+    # Consistency: the interval the buckets prove, the interpolated ratio only with enough traffic, and the grey
+    # "too little traffic" series with its value mapped to the text.
+    (consistency,) = [p for p in boards["overview.json"]["panels"] if p["title"].startswith("p99 / p50")]
+    legends = {t["legendFormat"].split(" {{")[0]: t["expr"] for t in consistency["targets"]}
+    assert set(legends) == {"lower bound", "upper bound", "interpolated", "too little traffic"}
+    assert legends["lower bound"].startswith("slokit:latency_p99_over_p50:lower_bound5m{")
+    assert legends["interpolated"].endswith("* 300 >= 17)") and legends["too little traffic"].endswith("< 17) * 0)")
+    assert [s["value"] for s in consistency["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, 1.6]
+    # Scale-out: the signal only with enough traffic, the grey series below it.
+    (scale,) = [p for p in boards["debugging.json"]["panels"] if p["title"] == "Scale-out signal"]
+    exprs = [t["expr"] for t in scale["targets"]]
+    assert exprs[0].startswith("slokit:scale_out:ratio{") and exprs[0].endswith("* 300 >= 17)")
+    assert 'slo="ttft"' in exprs[1] and exprs[1].endswith("* 300 < 17) * 0)")
+    for panel in (consistency, scale):
+        (override,) = [
+            o for o in panel["fieldConfig"]["overrides"] if o["matcher"]["options"] == "^too little traffic "
+        ]
+        mapping = next(p["value"] for p in override["properties"] if p["id"] == "mappings")
+        assert mapping[0]["options"]["0"]["text"] == "too little traffic"
+
+
+def test_decode_panel_expects_the_planner_figure_at_each_engines_batch() -> None:
+    spec = load_spec(ROOT / "examples" / "assistant.yaml")
+    board = _boards(spec)["dashboards/assistant-debugging.json"]
+    panel = _panel_with(board, "expected {{model}} {{engine}}")
+    legends = {t["legendFormat"]: t["expr"] for t in panel["targets"]}
+    measured = legends["decode {{model}} {{engine}}"]
+    assert measured.startswith("sum by (model, instance, engine) (rate(slokit_generation_tokens_total{")
+    expected = legends["expected {{model}} {{engine}}"]
+    running = (
+        'sum by (model, instance, engine) (avg_over_time(slokit_requests_running{namespace="prod", job="vllm", '
+        'model=~"$model", engine=~"$engine", model="llama-3-70b"}[$__rate_interval]))'
+    )
+    assert expected.startswith(f"({running})\n/ (") and "clamp(" in expected
 
 
 def _rule(kind: AlertKind, **kwargs: Any) -> AlertRule:
@@ -219,7 +389,8 @@ def test_counters_are_rated_over_the_rate_interval(spec: Spec) -> None:
     $__rate_interval, so panels stay right at every zoom and scrape interval."""
     for board in _boards(spec).values():
         for _panel_id, title, expr in dashboards.queries(board):
-            for match in re.finditer(r"[\w:]+(_total|_bucket|_sum|_count)\b", expr):
+            # raw counters only: a recorded series (`slokit_engine:latency_bucket:rate5m`) is already a rate
+            for match in re.finditer(r"[\w:]+(_total|_bucket|_sum|_count)\b(?![\w:])", expr):
                 before = expr[: match.start()]
                 assert re.search(r"(rate|increase)\($", before), f"{title}: {match.group(0)} is not rated in {expr}"
                 rest = expr[match.end() :]

@@ -13,7 +13,9 @@ import yaml
 
 from slokit.generate import alerts, runbook
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
-from slokit.local.prometheus import check_rule_files
+from slokit.local.prometheus import check_rule_files, run_rule_tests
+from slokit.plan import roofline
+from slokit.plan.presets import GPUS, MODELS
 from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
 
@@ -115,7 +117,7 @@ def test_healthy_numbers_come_from_the_spec_and_the_planner() -> None:
     text = runbook.render(spec, alerts.alert_rules(spec))
     assert "KV-cache usage under 95% (`alerting.kv_cache_usage_max`)" in text
     assert "--max-num-seqs (llama-3-70b: 256)" in text
-    assert "about 16,591 tokens/s per engine at a full batch of 256 sequences" in text
+    assert "| llama-3-70b | 8 x h100-sxm | 256 | 256 | 16,591 |" in text  # the planner's batch, and its figure
     assert "Queue time p99 is a small part of the TTFT objective (500ms)" in text  # chat's TTFT objective
     assert "## Tuning" in text
     for lever in ("Largest max batch size", "Prefix caching", "KV block size", "FP8 weights or KV cache",
@@ -201,3 +203,92 @@ def test_every_runbook_query_parses(spec: Spec, tmp_path: Path, promtool_path: s
     path.write_text(yaml.safe_dump({"groups": [{"name": "runbook", "rules": rules}]}))
     result = check_rule_files([path])
     assert result.ok, result.output[-3000:]
+
+
+def _hand_decode_tokens_per_second(spec: Spec, batch: int) -> float:
+    """llama-3-70b on 8 x H100 SXM in bf16, worked out here from the preset figures: a decode step reads each GPU's
+    share of the weights (all but the input embedding) and of the running sequences' KV at HBM bandwidth (memory
+    bound at these batches, checked below), over the efficiency, plus two ring all-reduces of the batch's
+    activations per layer; each step emits one token per running sequence."""
+    model = MODELS["llama-3-70b"]
+    gpu = GPUS["h100-sxm"]
+    tp = 8
+    inputs = roofline.inputs_for_model(spec, spec.model("llama-3-70b"))
+    assert inputs is not None and inputs.tensor_parallel == tp and inputs.kv_dtype == inputs.weight_dtype == "bf16"
+    context = inputs.context_tokens
+    weights = (model.params - model.input_embedding_params) * 2 / tp
+    kv = batch * context * 2 * model.layers * (model.kv_heads // tp) * model.head_dim * 2
+    memory = (weights + kv) / gpu.hbm_bandwidth_bytes_per_second
+    flops = (
+        2 * model.active_params * batch + 4 * model.layers * model.attention_heads * model.head_dim * batch * context
+    )
+    assert flops / (gpu.bf16_dense_flops * tp) < memory  # memory bound
+    link = gpu.nvlink_bytes_per_second / 2  # one direction
+    allreduce = 8e-6 + 2 * (tp - 1) / tp * batch * model.hidden_size * 2 / link
+    step = memory / 0.75 + 2 * model.layers * allreduce
+    return batch / step
+
+
+def test_expected_decode_is_the_planners_figure_at_the_running_batch() -> None:
+    spec = load_spec(ROOT / "examples" / "assistant.yaml")
+    inputs = roofline.inputs_for_model(spec, spec.model("llama-3-70b"))
+    assert inputs is not None
+    for batch in (4, 100):
+        assert roofline.decode_tokens_per_second(inputs, batch) == pytest.approx(
+            _hand_decode_tokens_per_second(spec, batch), rel=1e-9
+        )
+    assert roofline.decode_tokens_per_second(inputs, 0) == 0
+    curve = roofline.expected_decode_curve(spec, spec.model("llama-3-70b"))
+    assert curve is not None and [p.batch for p in curve] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    # A light load expects little: 4 running requests expect about a thirtieth of a full engine's tokens/s.
+    assert curve[2].tokens_per_second < curve[-1].tokens_per_second / 25
+    text = runbook.render(spec, alerts.alert_rules(spec))
+    assert "| Requests running | 1 | 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 |" in text
+    assert f"| Tokens/s per engine | {curve[0].tokens_per_second:,.0f} | " in text
+    assert f"about {curve[0].tokens_per_second:,.0f} tokens/s at 1 running request" in text
+
+
+@pytest.mark.prometheus
+def test_runbook_expected_decode_query_evaluates_to_the_planner_at_the_running_batch(
+    tmp_path: Path, promtool_path: str
+) -> None:
+    """The runbook's PromQL on Prometheus itself, with two engines running 4 and 100 requests: each engine's expected
+    tokens/s is the hand calculation at its own batch, and measured / expected reads the engine's true share."""
+    spec = load_spec(ROOT / "examples" / "assistant.yaml")
+    text = runbook.render(spec, alerts.alert_rules(spec))
+    body = sections(text)[next(r.title for r in alerts.alert_rules(spec) if r.model == "llama-3-70b")]
+    step = body.split("**Step 2: Decode throughput.**", 1)[1].split("**Step 3:", 1)[0]
+
+    def query(label: str) -> str:
+        return step.split(f"\n{label}:\n\n```promql\n", 1)[1].split("\n```\n", 1)[0]
+
+    expected = query("Expected decode tokens/s per engine at the batch it is running (roofline planner)")
+    ratio = query("Measured over expected at the running batch, per engine (healthy: 0.7 or more)")
+    labels = 'namespace="prod", job="vllm", model="llama-3-70b"'
+    series = []
+    checks = []
+    for engine, batch, share in (("0", 4, 0.5), ("1", 100, 0.9)):
+        tokens = _hand_decode_tokens_per_second(spec, batch)
+        series.append({"series": f'slokit_requests_running{{{labels}, instance="a", engine="{engine}"}}',
+                       "values": f"{batch}x20"})  # fmt: skip
+        series.append({"series": f'slokit_generation_tokens_total{{{labels}, instance="a", engine="{engine}"}}',
+                       "values": f"0+{tokens * share * 60:.6f}x20"})  # fmt: skip
+
+        def at(value: float, engine: str = engine) -> str:
+            return f'label_replace(vector({value!r}), "engine", "{engine}", "", "")'
+
+        checks.append((f"count(abs(sum by (engine) ({expected}) / on (engine) {at(tokens)} - 1) < 0.001)", 1))
+        checks.append((f"count(abs(sum by (engine) ({ratio}) - on (engine) {at(share)}) < 0.001)", 1))
+    test = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": "15m", "exp_samples": [{"labels": "{}", "value": value}]}
+            for expr, value in checks
+        ],
+    }
+    (tmp_path / "empty.yaml").write_text("groups: []\n")
+    path = tmp_path / "decode.test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": ["empty.yaml"], "evaluation_interval": "1m", "tests": [test]}))
+    result = run_rule_tests([path])
+    assert result.ok, result

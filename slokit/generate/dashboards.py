@@ -10,11 +10,14 @@ Three dashboards per service, all filtered by the same variables (`datasource`, 
 `engine`):
 
 1. **SLO overview**: error budget remaining, compliance over the SLO window, burn rate by alert window, tier status
-   per percentile; one row per class and latency indicator, with that class's thresholds.
-2. **Latency**: TTFT, ITL, TPOT and E2E p50/p95/p99 by model, class and engine with the tier thresholds drawn as
-   lines, latency heatmaps, TTFT against prompt length.
-3. **Debugging**, in the runbook's order: queue depth, decode throughput against the expected tokens/s, KV cache,
-   interconnect and GPU.
+   per percentile ("too little traffic" below `alerting.min_requests`), the p99/p50 interval of consistency
+   objectives; one row per class and latency indicator, with that class's thresholds.
+2. **Latency**: TTFT, ITL, TPOT and E2E p50/p95/p99 from the histogram each SLO reads (`Spec.histogram`: the
+   frontend's, the engine's or a custom one, scaled to seconds), each class's tier thresholds drawn as lines on
+   the panel of its own histogram, the engine's histogram beside the frontend's for comparison, latency heatmaps,
+   TTFT against prompt length.
+3. **Debugging**, in the runbook's order: the API server, queue depth, decode throughput against the planner's
+   expected tokens/s at the batch each engine runs, KV cache, interconnect and GPU.
 
 Every query is built from the metric names in `slokit.schema`; none is spelled here.
 """
@@ -35,8 +38,9 @@ from grafanalib._gen import DashboardEncoder
 
 from slokit import promql, schema
 from slokit.generate.model import AlertKind, AlertRule
-from slokit.generate.queries import Queries
+from slokit.generate.queries import Queries, expected_decode_at_batch, union
 from slokit.generate.writer import notice
+from slokit.plan import roofline
 from slokit.schema import Sli, Source
 from slokit.spec import PERCENTILES, TIER_NAMES, RequestClass, SloSpec, Spec
 from slokit.units import format_duration, prom_duration
@@ -55,6 +59,11 @@ TIER_COLORS: Final = {"target": "green", "acceptable": "orange", "critical": "re
 # Tier status value -> text. The value is the rank of the worst tier the percentile is over (0: within all).
 TIER_STATE_TEXT: Final = {0: "within target", 1: "over target", 2: "over acceptable", 3: "over critical"}
 TIER_STATE_COLORS: Final = {0: "green", 1: "yellow", 2: "orange", 3: "red"}
+# Below alerting.min_requests requests in the 5m window a tier, consistency or scale-out reading is a trickle: the
+# alerts stay quiet and the panels say so (the tier state shows this value, mapped to the text).
+LOW_TRAFFIC_VALUE: Final = -1
+LOW_TRAFFIC_TEXT: Final = "too little traffic"
+LOW_TRAFFIC_COLOR: Final = "#8e8e8e"
 
 
 # ==============================================================================================================
@@ -335,15 +344,12 @@ def _heatmap(title: str, description: str, expr: str, unit: str) -> g.Heatmap:
 
 
 def _state_timeline(title: str, description: str, queries: Iterable[tuple[str, str]]) -> g.StateTimeline:
-    mappings = [
-        {
-            "type": "value",
-            "options": {
-                str(value): {"text": text, "color": TIER_STATE_COLORS[value], "index": value}
-                for value, text in TIER_STATE_TEXT.items()
-            },
-        }
-    ]
+    options: dict[str, Any] = {
+        str(value): {"text": text, "color": TIER_STATE_COLORS[value], "index": value}
+        for value, text in TIER_STATE_TEXT.items()
+    }
+    options[str(LOW_TRAFFIC_VALUE)] = {"text": LOW_TRAFFIC_TEXT, "color": LOW_TRAFFIC_COLOR, "index": len(options)}
+    mappings = [{"type": "value", "options": options}]
     panel = g.StateTimeline(
         title=title,
         description=description,
@@ -382,6 +388,21 @@ def _override_dashed(name_regex: str, color: str | None = None) -> dict[str, Any
     if color is not None:
         properties.append({"id": "color", "value": {"mode": "fixed", "fixedColor": color}})
     return {"matcher": {"id": "byRegexp", "options": name_regex}, "properties": properties}
+
+
+def _override_low_traffic() -> dict[str, Any]:
+    """The `too little traffic` series of a panel: a thick grey line along 0 whose value reads as that text."""
+    return {
+        "matcher": {"id": "byRegexp", "options": f"^{LOW_TRAFFIC_TEXT} "},
+        "properties": [
+            {"id": "color", "value": {"mode": "fixed", "fixedColor": LOW_TRAFFIC_COLOR}},
+            {"id": "custom.lineWidth", "value": 6},
+            {"id": "custom.fillOpacity", "value": 0},
+            {"id": "mappings", "value": [
+                {"type": "value", "options": {"0": {"text": LOW_TRAFFIC_TEXT, "color": LOW_TRAFFIC_COLOR}}}
+            ]},
+        ],
+    }  # fmt: skip
 
 
 # ==============================================================================================================
@@ -591,7 +612,65 @@ def _tier_state_expr(spec: Spec, rc: RequestClass, slo: SloSpec, pct: str) -> st
         previous = rank
     if not terms:
         return None
-    return " + ".join(terms)
+    requests = _requests_5m(_slo_filter(rc, slo.sli))
+    keys = f"on ({', '.join(_SLO_KEYS)})"
+    return f"({' + '.join(terms)}) and {keys} {_enough(spec, requests)} or {keys} {_too_little(spec, requests)}"
+
+
+_SLO_KEYS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
+
+
+def _requests_5m(matchers: Sequence[str]) -> str:
+    """Requests in the last 5m per SLO (model, class, indicator), from the recorded bucket rates: what the traffic
+    guard of the tier, baseline, consistency and scale-out alerts counts (alerts.traffic_guard)."""
+    inf = f"{promql.INF_MATCHER[0]}={_quote(promql.INF_MATCHER[2])}"
+    total = _selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, inf])
+    return f"sum by ({', '.join(_SLO_KEYS)}) ({total}) * 300"
+
+
+def _enough(spec: Spec, requests: str) -> str:
+    return f"({requests} >= {spec.alerting.min_requests})"
+
+
+def _too_little(spec: Spec, requests: str, value: int = LOW_TRAFFIC_VALUE) -> str:
+    """`value` per SLO while it has fewer than alerting.min_requests requests in the 5m window."""
+    shift = f" - {-value}" if value < 0 else f" + {value}" if value > 0 else ""
+    return f"(({requests} < {spec.alerting.min_requests}) * 0{shift})"
+
+
+def _consistency_panel(spec: Spec, board: _Board, rc: RequestClass, slo: SloSpec) -> None:
+    """p99/p50 of a batch class: the interval the bucket edges prove (the alert reads its lower bound), the
+    interpolated ratio, the limit dashed, and "too little traffic" below alerting.min_requests."""
+    assert slo.consistency is not None
+    limit = slo.consistency.max_p99_over_p50
+    where = _slo_filter(rc, slo.sli)
+    requests = _requests_5m(where)
+    keys = f"on ({', '.join(_SLO_KEYS)})"
+    legend = _legend(schema.RULE_LABEL_MODEL)
+    board.add(
+        _timeseries(
+            "p99 / p50: the interval the buckets prove",
+            f"The true p99/p50 of {rc.name} {slo.sli.value} lies between the lower and the upper bound, from the "
+            "bucket edges of p99 and p50; the consistency alert fires only when the lower bound is above the limit "
+            f"({limit:g}, dashed), so bucket interpolation cannot fire it. The interpolated ratio is drawn for "
+            f"reference. With fewer than {spec.alerting.min_requests} requests in the 5m window (alerting."
+            f"min_requests) there is no reading: the grey \"{LOW_TRAFFIC_TEXT}\" line shows instead.",
+            [
+                (_selector(schema.RECORD_CONSISTENCY_LOWER, where), f"lower bound {legend}"),
+                (_selector(schema.RECORD_CONSISTENCY_UPPER, where), f"upper bound {legend}"),
+                (f"{_selector(schema.RECORD_CONSISTENCY, where)} and {keys} {_enough(spec, requests)}",
+                 f"interpolated {legend}"),
+                (_too_little(spec, requests, 0), f"{LOW_TRAFFIC_TEXT} {legend}"),
+            ],
+            "suffix:x",
+            thresholds=[(limit, "red")],
+            overrides=[_override_dashed("^interpolated ", "blue"), _override_low_traffic()],
+            minimum=0,
+        ),
+        24,
+        8,
+        key=("consistency", rc.name, slo.sli.value),
+    )  # fmt: skip
 
 
 def _overview(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
@@ -713,13 +792,17 @@ def _overview(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRe
                 _state_timeline(
                     "Tier status per percentile",
                     f"Which tier each percentile of {rc.name} {sli.value} is in, from the trailing 5m quantile "
-                    f"({'; '.join(lines)}). A p95 over acceptable opens a ticket; a p50 over critical pages.",
+                    f"({'; '.join(lines)}). A p95 over acceptable opens a ticket; a p50 over critical pages. With "
+                    f"fewer than {spec.alerting.min_requests} requests in the 5m window (alerting.min_requests) it "
+                    f'reads "{LOW_TRAFFIC_TEXT}": one slow request would be a p50, so the tier alerts stay quiet.',
                     tier_queries,
                 ),
                 12,
                 8,
                 key=("tier", rc.name, sli.value),
             )
+        if slo.consistency is not None:
+            _consistency_panel(spec, board, rc, slo)
     data = _dashboard(spec, board, f"SLO overview of {spec.service}: error budgets, burn rates and tiers.")
     return data, board.refs
 
@@ -727,26 +810,141 @@ def _overview(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRe
 # ==============================================================================================================
 # Latency
 # ==============================================================================================================
-def _class_selected(spec: Spec, rc: RequestClass, sli: Sli) -> str:
-    """`and on() ...`: keeps a constant line only while its class (and one of its models) is selected and has
-    traffic in the rate interval (when the percentiles it is drawn against exist at all).
+@dataclass(frozen=True)
+class _HistogramPanel:
+    """One latency histogram the dashboards draw percentiles from, and the classes whose SLO reads it.
 
-    Two matchers on one label are allowed in PromQL: the class's own value, and the variable's regex.
+    `hist` is the histogram as one class reads it (`Spec.histogram`); classes share a panel when they read the same
+    histogram and differ at most in the source's class label. A panel without classes is the source's engine
+    histogram kept for comparison when no SLO of the indicator reads it.
     """
+
+    sli: Sli
+    hist: schema.CustomHistogram
+    classes: tuple[RequestClass, ...]
+    where: str  # engine, frontend or custom
+
+    @property
+    def unit(self) -> str:
+        """The Grafana unit of the histogram's own `le` (heatmaps show buckets as exported)."""
+        return "ms" if self.hist.scale == 0.001 else "s"
+
+
+def _own_matchers(hist: schema.CustomHistogram) -> tuple[tuple[str, str, str], ...]:
+    """The histogram's own matchers without the source's class label (a custom `selector:` stays)."""
+    return tuple(m for m in hist.matchers if hist.class_label is None or m[0] != hist.class_label)
+
+
+def histogram_panels(spec: Spec, sli: Sli) -> list[_HistogramPanel]:
+    """The histograms the SLOs of `sli` read, in class order, each with its classes (see `Spec.histogram`); then the
+    source's engine histogram when the source has one and no SLO reads it (for comparison and debugging)."""
     m = spec.metrics
-    matchers = [*_scope(spec), _var(m.model_label, "model")]
-    if m.class_label is not None:
-        matchers += [_eq(m.class_label, rc.name), _var(m.class_label, "class")]
-    else:  # vLLM's own metrics: the class is its models
-        matchers.append(f"{m.model_label}=~{_quote(promql.any_of(rc.models))}")
-    return f" and on () count({_rate(m.latency[sli] + '_count', matchers)})"
+    groups: dict[tuple[Any, ...], tuple[schema.CustomHistogram, list[RequestClass]]] = {}
+    for rc in spec.classes:
+        slo = rc.slos.get(sli)
+        if slo is None:
+            continue
+        hist = spec.histogram(rc, sli)
+        key = (hist.name, hist.model_label, hist.engine_label, hist.class_label, hist.scale, _own_matchers(hist))
+        groups.setdefault(key, (hist, []))[1].append(rc)
+    panels = []
+    for hist, classes in groups.values():
+        if classes[0].slos[sli].metric is not None:
+            where = "custom"
+        elif sli in m.frontend_latency and hist.name == m.frontend_latency[sli]:
+            where = "frontend"
+        else:
+            where = "engine"
+        panels.append(_HistogramPanel(sli, hist, tuple(classes), where))
+    # The engine's own histogram beside the API server's (how much the API server adds), or alone when no SLO is
+    # on the indicator; not beside a custom histogram, whose exporter need not be slokit's or the engine's.
+    compare = not panels or all(p.where == "frontend" for p in panels)
+    if sli in m.latency and compare:
+        engine = schema.CustomHistogram(
+            name=m.latency[sli], model_label=m.model_label, matchers=(), engine_label=m.engine_label,
+            class_label=m.class_label,
+        )  # fmt: skip
+        panels.append(_HistogramPanel(sli, engine, (), "engine"))
+    return panels
 
 
-def _tier_lines(spec: Spec, sli: Sli) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
-    """Constant series for every tier threshold of `sli` in the spec, dashed and coloured by tier."""
+def _chosen(variable: str, value: str) -> str:
+    """A one-series vector while `value` is among the values selected in a Grafana variable, else empty: for
+    histograms that carry no label to match the variable against (vLLM's metrics have no class, a custom histogram
+    may have no model). Grafana writes the selection as an anchored regex into label_replace's pattern."""
+    tag = '"slokit_selected"'
+    tagged = f'label_replace(vector(1), {tag}, {_quote(value)}, "", "")'
+    marked = f'label_replace({tagged}, {tag}, "yes", {tag}, "${variable}")'
+    return f'({marked} and on ({tag[1:-1]}) label_replace(vector(1), {tag}, "yes", "", ""))'
+
+
+def _panel_matchers(spec: Spec, panel: _HistogramPanel) -> list[str]:
+    """Matchers of a percentile panel: scope, the dashboard variables the histogram's labels allow, the group's
+    classes (or their models where the histogram has no class label) and the histogram's own selector."""
+    hist, m = panel.hist, spec.metrics
+    matchers = _scope(spec)
+    models = sorted({name for rc in panel.classes for name in rc.models})
+    if hist.model_label is not None:
+        matchers.append(_var(hist.model_label, "model"))
+        if panel.classes and hist.class_label is None:
+            matchers.append(f"{hist.model_label}=~{_quote(promql.any_of(models))}")
+    if hist.class_label is not None:
+        if panel.classes:
+            matchers.append(f"{hist.class_label}=~{_quote(promql.any_of(rc.name for rc in panel.classes))}")
+        matchers.append(_var(hist.class_label, "class"))
+    matchers.extend(f"{label}{op}{_quote(value)}" for label, op, value in _own_matchers(hist))
+    if hist.engine_label is not None and hist.engine_label == m.engine_label and panel.where != "custom":
+        matchers.append(_var(hist.engine_label, "engine"))
+    return matchers
+
+
+def _panel_by(spec: Spec, panel: _HistogramPanel) -> tuple[str, ...]:
+    """Grouping labels of a percentile panel: the histogram's model, class, replica and engine labels."""
+    hist = panel.hist
+    labels = [hist.model_label, hist.class_label]
+    if panel.where != "custom":
+        labels.extend(spec.alerting.replica_labels)
+    labels.append(hist.engine_label)
+    return tuple(dict.fromkeys(label for label in labels if label is not None))
+
+
+def _scaled(expr: str, hist: schema.CustomHistogram) -> str:
+    """A value in the histogram's unit as seconds (a millisecond histogram's quantile x 0.001)."""
+    return expr if hist.scale == 1.0 else f"({expr}) * {hist.scale:g}"
+
+
+def _class_selected(spec: Spec, rc: RequestClass, sli: Sli) -> str:
+    """`and on () ...`: keeps a constant line only while its class (and one of its models) is selected and has
+    traffic in the rate interval on the histogram its SLO reads (when the percentiles it is drawn against exist).
+
+    Two matchers on one label are allowed in PromQL: the class's own value, and the variable's regex. A histogram
+    without a class (or model) label is checked against the variable by `_chosen`.
+    """
+    hist = spec.histogram(rc, sli)
+    matchers = _scope(spec)
+    chosen = []
+    if hist.model_label is not None:
+        matchers.append(_var(hist.model_label, "model"))
+        if hist.class_label is None:  # vLLM's own metrics or a custom histogram: the class is its models
+            matchers.append(f"{hist.model_label}=~{_quote(promql.any_of(rc.models))}")
+    else:
+        chosen.append(_chosen("model", rc.models[0]))
+    matchers.extend(f"{label}{op}{_quote(value)}" for label, op, value in hist.matchers)
+    if hist.class_label is not None:
+        matchers.append(_var(hist.class_label, "class"))
+    else:
+        chosen.append(_chosen("class", rc.name))
+    expr = f" and on () count({_rate(hist.name + '_count', matchers)})"
+    return expr + "".join(f" and on () {c}" for c in chosen)
+
+
+def _tier_lines(
+    spec: Spec, sli: Sli, classes: Sequence[RequestClass]
+) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """Constant series for every tier threshold and objective of `sli` in `classes`, dashed and coloured by tier."""
     queries: list[tuple[str, str]] = []
     overrides: list[dict[str, Any]] = []
-    for rc in spec.classes:
+    for rc in classes:
         slo = rc.slos.get(sli)
         if slo is None:
             continue
@@ -764,51 +962,106 @@ def _tier_lines(spec: Spec, sli: Sli) -> tuple[list[tuple[str, str]], list[dict[
     return queries, overrides
 
 
+def _where(panel: _HistogramPanel) -> str:
+    if panel.where == "custom":
+        return f"from {panel.hist.name}"
+    return "at the API server" if panel.where == "frontend" else "at the engine"
+
+
+def _latency_panel_title(panel: _HistogramPanel, alone: bool) -> str:
+    head = f"{panel.sli.value.upper()} p50 / p95 / p99"
+    if panel.where == "custom":
+        return f"{head} {_where(panel)}"
+    if not panel.classes and not alone:
+        return f"{head} at the engine (no SLO reads it; for comparison)"
+    if panel.where == "frontend":
+        return f"{head} at the API server, by model and class"
+    return f"{head} at the engine, by model, class and engine"
+
+
+def _latency_panel_description(spec: Spec, panel: _HistogramPanel, alone: bool) -> str:
+    sli, hist = panel.sli, panel.hist
+    what = schema.SLI_TITLES[sli].capitalize()
+    if panel.where == "frontend":
+        source = (
+            f"measured at the API server's ASGI layer ({hist.name}: from the HTTP request's arrival, so time the "
+            "API server holds a request counts; no per-engine label)"
+        )
+    elif panel.where == "custom":
+        source = f"read from the spec's own histogram {hist.name}" + (
+            " (exported in milliseconds; shown in seconds)" if hist.scale != 1.0 else ""
+        )
+    else:
+        source = f"measured inside the engine ({hist.name})"
+    if panel.classes:
+        names = ", ".join(rc.name for rc in panel.classes)
+        reads = (
+            f" This is the histogram the {sli.value} SLO of {names} reads. Dashed lines: the spec's tier thresholds "
+            "(green target, orange acceptable, red critical) and objectives (purple) of those classes."
+        )
+    elif alone:
+        reads = f" No class of the spec has a {sli.value} SLO; shown for debugging."
+    else:
+        reads = (
+            f" No {sli.value} SLO reads it (they read the histograms beside it); the difference from the API "
+            "server's histogram is time spent before the engine (the debugging dashboard's step 0)."
+        )
+    return (
+        f"{what} percentiles {source}, from the histogram buckets over the rate interval.{reads} A percentile inside "
+        "a wide bucket is a linear interpolation between the bucket's bounds, not a measured value. Alerts and tier "
+        f"states need at least {spec.alerting.min_requests} requests in 5m; a percentile from fewer is a trickle."
+    )
+
+
 def _latency(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
     name = "latency"
     board = _Board(name, dashboard_uid(spec, name), f"{spec.service} · Latency")
     q = _Q(spec)
     m = spec.metrics
     for sli in Sli:
-        if sli not in m.latency:
-            continue  # the source has no such histogram (SGLang: tpot)
-        metric = m.latency[sli]
-        bucket = _rate(f"{metric}_bucket", q.raw())
+        panels = histogram_panels(spec, sli)
+        if not panels:
+            continue  # no SLO and no source histogram (SGLang: tpot)
         board.row(f"{schema.SLI_TITLES[sli].capitalize()} ({sli.value})")
-        queries = [
-            (_quantile(quantile, bucket, q.by), f"p{quantile * 100:g} " + _legend(*q.by_labels))
-            for quantile in LATENCY_QUANTILES
-        ]
-        lines, overrides = _tier_lines(spec, sli)
-        board.add(
-            _timeseries(
-                f"{sli.value.upper()} p50 / p95 / p99 by model, class and engine",
-                f"{schema.SLI_TITLES[sli].capitalize()} percentiles from the histogram buckets over the rate "
-                "interval. Dashed lines: the spec's tier thresholds (green target, orange acceptable, red "
-                "critical) and objectives (purple). A percentile inside a wide bucket is a linear interpolation "
-                "between the bucket's bounds, not a measured value.",
-                [*queries, *lines],
-                "s",
-                overrides=overrides,
-                minimum=0,
-            ),
-            16,
-            9,
-            key=("latency", sli.value),
-        )
-        heat = f"sum by (le) ({bucket})"
-        board.add(
-            _heatmap(
-                f"{sli.value.upper()} heatmap",
-                f"Requests per second in each {sli.value} bucket (all selected models, classes and engines). "
-                "A second band appearing above the main one is a sub-population getting slower.",
-                heat,
-                "s",
-            ),
-            8,
-            9,
-            key=("heatmap", sli.value),
-        )
+        for index, panel in enumerate(panels):
+            hist = panel.hist
+            bucket = _rate(f"{hist.name}_bucket", _panel_matchers(spec, panel))
+            by = _panel_by(spec, panel)
+            queries = [
+                (_scaled(_quantile(quantile, bucket, ", ".join(by)), hist), f"p{quantile * 100:g} " + _legend(*by))
+                for quantile in LATENCY_QUANTILES
+            ]
+            lines, overrides = _tier_lines(spec, sli, panel.classes)
+            key: tuple[str, ...] = ("latency", sli.value) if index == 0 else ("latency", sli.value, str(index))
+            board.add(
+                _timeseries(
+                    _latency_panel_title(panel, len(panels) == 1),
+                    _latency_panel_description(spec, panel, len(panels) == 1),
+                    [*queries, *lines],
+                    "s",
+                    overrides=overrides,
+                    minimum=0,
+                ),
+                16,
+                9,
+                key=key,
+            )
+            for rc in panel.classes:
+                board.refs[("latency", sli.value, rc.name)] = board.refs[key]
+            heat = f"sum by (le) ({bucket})"
+            board.add(
+                _heatmap(
+                    f"{sli.value.upper()} heatmap" + ("" if len(panels) == 1 else f" {_where(panel)}"),
+                    f"Requests per second in each {sli.value} bucket of {hist.name} (all selected models, classes "
+                    f"and engines; bucket bounds in {'milliseconds' if panel.unit == 'ms' else 'seconds'}, as "
+                    "exported). A second band appearing above the main one is a sub-population getting slower.",
+                    heat,
+                    panel.unit,
+                ),
+                8,
+                9,
+                key=("heatmap", sli.value) if index == 0 else ("heatmap", sli.value, str(index)),
+            )
     if m.prompt_tokens_histogram is not None:
         board.row("TTFT against prompt length")
         ttft = m.latency[Sli.TTFT]
@@ -825,8 +1078,9 @@ def _latency(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef
         board.add(
             _timeseries(
                 "Mean TTFT and mean prompt length",
-                "TTFT (left axis) moves with prompt length (right axis) when prefill dominates: prompts getting "
-                "longer explains a TTFT rise; TTFT rising at a steady prompt length points at queueing instead.",
+                "TTFT inside the engine (left axis; the prefill cost, whatever histogram an SLO reads) moves with "
+                "prompt length (right axis) when prefill dominates: prompts getting longer explains a TTFT rise; TTFT "
+                "rising at a steady prompt length points at queueing instead.",
                 [(mean_ttft, f"TTFT {legend}"), (mean_prompt, f"prompt tokens {legend}")],
                 "s",
                 overrides=[_override_axis_right("^prompt tokens ", "short")],
@@ -967,17 +1221,36 @@ def _debugging(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelR
         8,
         key=("queue_time",),
     )
-    scale = _selector(schema.RECORD_SCALE_OUT, [_var(schema.RULE_LABEL_SERVICE, "service"),
-                                                 _var(schema.RULE_LABEL_MODEL, "model")])  # fmt: skip
+    scale_out = spec.alerting.scale_out
+    ttft_classes = [rc.name for rc in spec.classes if (slo := rc.slos.get(Sli.TTFT)) and slo.objective is not None]
+    signal_filter = [_var(schema.RULE_LABEL_SERVICE, "service"), _var(schema.RULE_LABEL_MODEL, "model"),
+                     _var(schema.RULE_LABEL_CLASS, "class")]  # fmt: skip
+    scale = _selector(schema.RECORD_SCALE_OUT, signal_filter)
+    legend = _legend(schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS)
+    scale_queries = [(scale, legend)]
+    if ttft_classes:
+        requests = _requests_5m(
+            [*signal_filter, f"{schema.RULE_LABEL_CLASS}=~{_quote(promql.any_of(ttft_classes))}",
+             _eq(schema.RULE_LABEL_SLO, Sli.TTFT.value)]
+        )  # fmt: skip
+        keys = f"on ({', '.join(_SLO_KEYS)})"
+        scale_queries = [
+            (f"{scale} and {keys} {_enough(spec, requests)}", legend),
+            (_too_little(spec, requests, 0), f"{LOW_TRAFFIC_TEXT} {legend}"),
+        ]
     board.add(
         _timeseries(
             "Scale-out signal",
-            f"p99 TTFT over the TTFT threshold; autoscalers add replicas above "
-            f"{spec.alerting.scale_out.fraction_of_slo:g} (dashed) held for "
-            f"{format_duration(spec.alerting.scale_out.for_)}.",
-            [(scale, _legend(schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS))],
+            f"Share of TTFTs above {scale_out.fraction_of_slo:g}x the TTFT objective's threshold (a bucket count, "
+            f"no interpolation) against the share the objective allows above its threshold, scaled so that "
+            f"{scale_out.fraction_of_slo:g} (dashed) means the two are equal; autoscalers add replicas above it held "
+            f"for {format_duration(scale_out.for_)}. With fewer than {spec.alerting.min_requests} requests in the 5m "
+            f'window (alerting.min_requests) the signal reads 0 for autoscalers and the grey "{LOW_TRAFFIC_TEXT}" '
+            "line shows here instead.",
+            scale_queries,
             "percentunit",
-            thresholds=[(spec.alerting.scale_out.fraction_of_slo, "red")],
+            thresholds=[(scale_out.fraction_of_slo, "red")],
+            overrides=[_override_low_traffic()],
             minimum=0,
         ),
         6,
@@ -986,18 +1259,45 @@ def _debugging(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelR
     )
 
     # 2. Decode throughput ------------------------------------------------------------------------------------
-    board.row("2. Decode throughput: below the expected tokens/s?")
-    decode = f"sum by ({model}) ({_rate(m.generation_tokens, q.raw(with_class=False))})"
-    expected = _selector(schema.RECORD_EXPECTED_DECODE_TOKENS, [_var(schema.RULE_LABEL_MODEL, "model")])
+    board.row("2. Decode throughput: below the expected tokens/s at the batch running?")
+    decode = f"sum by ({by_engine}) ({_rate(m.generation_tokens, q.raw(with_class=False))})"
+    decode_queries = [(decode, f"decode {_legend(model, engine)}")]
+    expected_terms = []
+    for model_spec in spec.models:
+        curve = roofline.expected_decode_curve(spec, model_spec)
+        if curve is None:
+            continue
+        matchers = [*q.engine_only(), _eq(model, model_spec.name)]
+        batch = f"sum by ({by_engine}) (avg_over_time({_selector(m.requests_running, matchers)}[$__rate_interval]))"
+        expected_terms.append(expected_decode_at_batch([(p.batch, p.step_seconds) for p in curve], batch))
+    if expected_terms:
+        decode_queries.append((union(expected_terms), f"expected {_legend(model, engine)}"))
+        decode_queries.append(
+            (_selector(schema.RECORD_EXPECTED_DECODE_TOKENS, [_var(schema.RULE_LABEL_SERVICE, "service"),
+                                                               _var(schema.RULE_LABEL_MODEL, "model")]),
+             f"planned batch {_legend(schema.RULE_LABEL_MODEL)}")
+        )  # fmt: skip
     board.add(
         _timeseries(
-            "Decode tokens/s against expected",
-            "Generated tokens per second per model (all engines) against the roofline estimate for the model on "
-            "its GPUs at the engine's batch size (dashed). Well below expected while requests run: the GPU is "
-            "slower than it should be (step 4), or batches are small.",
-            [(decode, f"decode {_legend(model)}"), (expected, f"expected {_legend(schema.RULE_LABEL_MODEL)}")],
+            "Decode tokens/s per engine against expected at its batch",
+            "Generated tokens per second per engine against the roofline planner's expectation for the model on its "
+            "GPUs at the number of requests that engine is running (dashed; mean over the rate interval): a decode "
+            "step reads the weights once and each running sequence's KV, so an engine running few requests is "
+            "expected to emit few tokens/s. The dotted line is the planner's figure at its largest batch within "
+            "the ITL objective, the most an engine should reach. Well below the dashed line while requests run: "
+            "the GPU is slower than it should be (step 4) or runs another configuration than planned.",
+            decode_queries,
             "short",
-            overrides=[_override_dashed("^expected ", "blue")],
+            overrides=[
+                _override_dashed("^expected ", "blue"),
+                {
+                    "matcher": {"id": "byRegexp", "options": "^planned batch "},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dot", "dash": [0, 10]}},
+                        {"id": "color", "value": {"mode": "fixed", "fixedColor": "#8e8e8e"}},
+                    ],
+                },
+            ],
             minimum=0,
         ),
         12,
@@ -1276,7 +1576,11 @@ def panel_for(built: Built, rule: AlertRule) -> PanelRef:
         candidates.append(("burn", rule.request_class, sli))
     if rule.kind is AlertKind.TIER and rule.request_class and sli:
         candidates.append(("tier", rule.request_class, sli))
+    if rule.kind is AlertKind.CONSISTENCY and rule.request_class and sli:
+        candidates.append(("consistency", rule.request_class, sli))
     if rule.kind in (AlertKind.BASELINE, AlertKind.CONSISTENCY, AlertKind.TIER) and sli:
+        if rule.request_class:  # the panel of the histogram this class's SLO reads
+            candidates.append(("latency", sli, rule.request_class))
         candidates.append(("latency", sli))
     if rule.kind in (AlertKind.SCALE_OUT, AlertKind.QUEUE_OVERLOAD):
         candidates.append(("queue",))

@@ -12,6 +12,8 @@ one term per namespace (callers join them with `or`; their model labels differ, 
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -168,3 +170,42 @@ class Queries:
 def union(terms: Iterable[str]) -> str:
     """Expressions with disjoint label sets joined with `or` (nothing is dropped)."""
     return "\nor\n".join(terms)
+
+
+def _literal(value: float) -> str:
+    """A compact PromQL number (six significant digits: planner figures are estimates, not exact values)."""
+    return f"{value:.6g}"
+
+
+def piecewise_linear(x: str, points: Sequence[tuple[float, float]]) -> str:
+    """PromQL for y(x) through `points` ((x, y), x ascending): linear between them, flat before the first and after
+    the last, as `y0 + sum slope_i * clamp(x - x_i, 0, x_(i+1) - x_i)`. Labels of `x` are kept."""
+    if not points:
+        raise ValueError("piecewise_linear needs at least one point")
+    if any(xb <= xa for (xa, _), (xb, _) in itertools.pairwise(points)):
+        raise ValueError("piecewise_linear needs ascending x")
+    # Segments with the same slope are one (a dense model's memory-bound step is linear in the batch).
+    kept = [points[0]]
+    for index in range(1, len(points) - 1):
+        (xa, ya), (xb, yb), (xc, yc) = kept[-1], points[index], points[index + 1]
+        before, after = (yb - ya) / (xb - xa), (yc - yb) / (xc - xb)
+        if not math.isclose(before, after, rel_tol=1e-6, abs_tol=1e-15):
+            kept.append(points[index])
+    if len(points) > 1:
+        kept.append(points[-1])
+    y0 = kept[0][1]
+    terms = [_literal(y0)]
+    for (xa, ya), (xb, yb) in itertools.pairwise(kept):
+        slope = (yb - ya) / (xb - xa)
+        terms.append(f"{_literal(slope)} * clamp(({x}) - {_literal(xa)}, 0, {_literal(xb - xa)})")
+    if len(terms) == 1:
+        return f"(({x}) * 0 + {_literal(y0)})"
+    return "(" + " + ".join(terms) + ")"
+
+
+def expected_decode_at_batch(curve: Sequence[tuple[int, float]], running: str) -> str:
+    """Expected decode tokens/s per engine at the batch it runs: `running / step(running)`, the step time (the
+    planner's expected ITL at each tabulated batch, `curve` as (batch, seconds)) interpolated linearly between the
+    batches the planner tabulated. `running` is the engine's mean running requests over the rate window, so an
+    engine idle half the time expects half a batch of one's tokens/s."""
+    return f"({running})\n/ {piecewise_linear(running, [(float(b), s) for b, s in curve])}"

@@ -26,7 +26,7 @@ from slokit import promql, schema
 from slokit.catalog import GPUS
 from slokit.generate import alerts, dashboards
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
-from slokit.generate.queries import Queries
+from slokit.generate.queries import Queries, expected_decode_at_batch, union
 from slokit.plan import roofline
 from slokit.schema import Sli, Source
 from slokit.spec import PERCENTILES, TIER_NAMES, Model, RequestClass, Spec
@@ -51,8 +51,16 @@ def md_escape(text: str) -> Markup:
     one_line = re.sub(r"\s+", " ", str(text))
     escaped = _MD_INLINE.sub(r"\\\1", one_line)
     escaped = escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    escaped = _MD_LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), escaped)
+    escaped = _MD_LINE_START.sub(_escape_line_start, escaped)
     return Markup(escaped)
+
+
+def _escape_line_start(match: re.Match[str]) -> str:
+    r"""`\#`, `\-`; an ordered-list marker at its punctuation (`1\.`: a backslash before a digit is no escape)."""
+    indent, marker = match.group(1), match.group(2)
+    if marker[0].isdigit():
+        return f"{indent}{marker[:-1]}\\{marker[-1]}"
+    return f"{indent}\\{marker}"
 
 
 def md(template: str, *values: object) -> Markup:
@@ -169,6 +177,7 @@ class ModelFacts:
     hbm_bandwidth: float | None
     itl_target: float | None  # the tightest ITL/TPOT threshold of the model's classes (seconds)
     ttft_threshold: float | None
+    decode_curve: tuple[roofline.DecodePoint, ...] | None = None  # expected tokens/s per engine by running batch
 
 
 @dataclass
@@ -236,6 +245,7 @@ class _Builder:
             hbm_bandwidth=gpu.hbm_bandwidth_bytes_per_second if gpu is not None else None,
             itl_target=min(itl) if itl else None,
             ttft_threshold=min(ttft) if ttft else None,
+            decode_curve=roofline.expected_decode_curve(self.spec, model),
         )
         self.facts[model.name] = facts
         return facts
@@ -338,7 +348,9 @@ class _Builder:
                 f"(rate({m.queue_time}_bucket{{{self.raw(model, rc)}}}[{RATE_WINDOW}])))",
             ),
             Query(
-                "Scale-out signal (p99 TTFT over the TTFT threshold)", f"{schema.RECORD_SCALE_OUT}{{{self.rec(model)}}}"
+                f"Scale-out signal (share of TTFTs over {self.spec.alerting.scale_out.fraction_of_slo:g}x the TTFT "
+                "threshold against the share the objective allows)",
+                f"{schema.RECORD_SCALE_OUT}{{{self.rec(model)}}}",
             ),
         ]
         ttft = [f for x in models if (f := self.model_facts(x).ttft_threshold) is not None]
@@ -377,38 +389,94 @@ class _Builder:
             self._panel(("queue",), self._vars(model, rc)),
         )
 
+    def running_batch(self, model: str) -> str:
+        """Mean requests running per engine of one model over the rate window: the batch decode runs at."""
+        engine = self.m.engine_label
+        return (
+            f"sum by ({self.by(engine)}) (avg_over_time({self.m.requests_running}{{{self.raw(model)}}}[{RATE_WINDOW}]))"
+        )
+
+    def expected_decode(self, models: Sequence[Model]) -> str | None:
+        """Expected decode tokens/s per engine at the batch each engine is running (the planner's step time at
+        that batch), for the models the planner has a figure for; None when it has none."""
+        terms = []
+        for x in models:
+            curve = self.model_facts(x).decode_curve
+            if curve is not None:
+                terms.append(expected_decode_at_batch([(p.batch, p.step_seconds) for p in curve],
+                                                      self.running_batch(x.name)))  # fmt: skip
+        return union(terms) if terms else None
+
+    def latency_by_engine(self, sli: Sli, quantile: float, model: str | None, rc: str | None) -> str:
+        """A per-replica percentile of the histogram the class's SLO of `sli` reads (Spec.histogram: its own
+        `metric:` in its own unit, scaled to seconds), or of the source's engine histogram without such an SLO."""
+        m = self.m
+        own = None
+        if rc is not None and rc in {c.name for c in self.spec.classes}:
+            request_class = self.spec.request_class(rc)
+            if sli in request_class.slos:
+                own = request_class
+        if own is None:
+            return (
+                f"histogram_quantile({quantile:g}, sum by (le, {self.by(m.engine_label)}) "
+                f"(rate({m.latency[sli]}_bucket{{{self.raw(model, rc)}}}[{RATE_WINDOW}])))"
+            )
+        hist = self.spec.histogram(own, sli)
+        names = [model] if model is not None and model in own.models else list(own.models)
+        matchers = _matchers(Queries(self.spec).histogram_matchers(own, sli, names))
+        labels = [hist.model_label, hist.class_label]
+        if hist.engine_label is not None:
+            if hist.engine_label == m.engine_label:
+                labels.extend(self.spec.alerting.replica_labels)
+            labels.append(hist.engine_label)
+        by = ", ".join(["le", *dict.fromkeys(x for x in labels if x is not None)])
+        rate = f"rate({hist.name}_bucket{{{matchers}}}[{RATE_WINDOW}])"
+        expr = f"histogram_quantile({quantile:g}, sum by ({by}) ({rate}))"
+        return expr if hist.scale == 1.0 else f"({expr}) * {hist.scale:g}"
+
     def decode_step(self, models: Sequence[Model], model: str | None, rc: str | None) -> Step:
         m = self.m
         engine = m.engine_label
+        measured = f"sum by ({self.by(engine)}) (rate({m.generation_tokens}{{{self.raw(model)}}}[{RATE_WINDOW}]))"
         queries = [
+            Query("Decode tokens/s per engine", measured),
             Query(
-                "Decode tokens/s per engine",
-                f"sum by ({self.by(engine)}) (rate({m.generation_tokens}{{{self.raw(model)}}}[{RATE_WINDOW}]))",
-            ),
-            Query(
-                "Expected decode tokens/s per engine (roofline planner)",
-                f"{schema.RECORD_EXPECTED_DECODE_TOKENS}{{{_model_matcher(schema.RULE_LABEL_MODEL, models)}}}",
-            ),
-            Query(
-                "Inter-token latency p99 per engine",
-                f"histogram_quantile(0.99, sum by (le, {self.by(engine)}) "
-                f"(rate({m.latency[Sli.ITL]}_bucket{{{self.raw(model, rc)}}}[{RATE_WINDOW}])))",
+                "Requests running per engine (mean over 5m: the batch decode runs at)",
+                union(self.running_batch(x.name) for x in models),
             ),
         ]
+        expected = self.expected_decode([x for x in models if model is None or x.name == model])
+        if expected is not None:
+            queries.append(
+                Query("Expected decode tokens/s per engine at the batch it is running (roofline planner)", expected)
+            )
+            queries.append(
+                Query(
+                    "Measured over expected at the running batch, per engine (healthy: 0.7 or more)",
+                    f"{measured}\n/ on ({self.by(engine)})\n({expected})",
+                )
+            )
+        itl = Sli.ITL if Sli.ITL in m.latency else None
+        if itl is not None:
+            queries.append(Query("Inter-token latency p99 per engine", self.latency_by_engine(itl, 0.99, model, rc)))
         healthy = []
         for x in models:
             facts = self.model_facts(x)
-            if facts.expected_decode is not None:
+            curve = facts.decode_curve
+            if curve is not None:
+                few = next((p for p in curve if p.batch >= 8), curve[0])
                 healthy.append(
-                    f"{x.name}: about {facts.expected_decode:,.0f} tokens/s per engine at a full batch of "
-                    f"{facts.max_batch} sequences on {x.tensor_parallel}x {x.gpu} (roofline estimate); well under "
-                    f"{0.7 * facts.expected_decode:,.0f} (70%) with the batch full means the GPUs are slow."
+                    f"{x.name}: at least 70% of the expected tokens/s at the batch each engine is running (query "
+                    f"above; the roofline planner on {x.tensor_parallel}x {x.gpu}). A light load expects little: "
+                    f"about {curve[0].tokens_per_second:,.0f} tokens/s at 1 running request, "
+                    f"{few.tokens_per_second:,.0f} at {few.batch}, {curve[-1].tokens_per_second:,.0f} at "
+                    f"{curve[-1].batch} (the table under Service at a glance)."
                 )
             else:
                 healthy.append(
                     md(
-                        "{}: the spec names no model preset and GPU, so there is no expected figure; compare with "
-                        "the same hour yesterday (`offset 1d`).",
+                        "{}: the spec names no model preset and GPU, so there is no expected figure; compare "
+                        "tokens/s per running request with the same hour yesterday (`offset 1d`).",
                         x.name,
                     )
                 )
@@ -418,18 +486,19 @@ class _Builder:
                     "objective)."
                 )
         fix = (
-            "Tokens/s below expected while the batch is full: check the GPU (step 4: clocks throttled, an XID, a "
-            "slow link), and that the engine runs the planned configuration (tensor parallel size, dtype, "
-            "quantisation).",
-            "Tokens/s low because few requests run: decode is not the bottleneck; the slowness is before decode "
-            "(step 1) or in prefill (long prompts: see the latency dashboard's TTFT against prompt length).",
+            "Tokens/s under 70% of the expected at the running batch: the GPU is slower than it should be; check "
+            "it (step 4: clocks throttled, an XID, a slow link), and that the engine runs the planned "
+            "configuration (tensor parallel size, dtype, quantisation).",
+            "Tokens/s low but at the expected for the few requests running: decode is not the bottleneck; the "
+            "slowness is before decode (step 1) or in prefill (long prompts: see the latency dashboard's TTFT "
+            "against prompt length).",
             "ITL over target with a full batch: the batch is too large for the ITL objective; lower "
             "--max-num-seqs to the planner's largest batch (tuning section) and scale out instead.",
         )
         return Step(
             2,
             "Decode throughput",
-            "Is decode slower than the expected tokens/s?",
+            "Is decode slower than the expected tokens/s at the batch it is running?",
             tuple(queries),
             tuple(healthy),
             fix,
@@ -608,10 +677,11 @@ class _Builder:
             out.append(f"Users: the slowest 1% notice first; {effect}.")
         elif rule.kind is AlertKind.SCALE_OUT:
             out.append(
-                f"p99 TTFT of {who.lower()} has been above {spec.alerting.scale_out.fraction_of_slo:g}x the TTFT "
-                f"threshold for {format_duration(spec.alerting.scale_out.for_)}: the service runs out of headroom "
-                "before the SLO breaks. The autoscaler should be adding replicas; this alert means it is not, or "
-                "cannot."
+                f"More of {who.lower()} than the TTFT objective allows above its threshold have waited longer than "
+                f"{spec.alerting.scale_out.fraction_of_slo:g}x that threshold for their first token, for "
+                f"{format_duration(spec.alerting.scale_out.for_)} (a bucket count, with at least "
+                f"{spec.alerting.min_requests} requests in 5m): the service runs out of headroom before the SLO "
+                "breaks. The autoscaler should be adding replicas; this alert means it is not, or cannot."
             )
             out.append("Users: nothing yet; soon a longer wait for the first token.")
         elif rule.kind is AlertKind.QUEUE_OVERLOAD:
@@ -880,9 +950,32 @@ def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
         dashboards=board_links,
         link=link,
         models=[builder.model_facts(x) for x in spec.models],
+        decode_tables=[table for x in spec.models if (table := _decode_table(builder.model_facts(x))) is not None],
         slo_rows=_slo_rows(spec),
     )
     return text
+
+
+@dataclass(frozen=True)
+class DecodeTable:
+    """The planner's expected decode of one model's engine by running batch, as table cells."""
+
+    model: str
+    batches: tuple[str, ...]
+    tokens: tuple[str, ...]
+    itl: tuple[str, ...]
+
+
+def _decode_table(facts: ModelFacts) -> DecodeTable | None:
+    curve = facts.decode_curve
+    if curve is None:
+        return None
+    return DecodeTable(
+        facts.model.name,
+        tuple(str(p.batch) for p in curve),
+        tuple(f"{p.tokens_per_second:,.0f}" for p in curve),
+        tuple(format_duration(round(p.step_seconds, 4)) for p in curve),
+    )
 
 
 def _slo_rows(spec: Spec) -> list[tuple[str, str, str, str]]:

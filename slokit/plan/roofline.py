@@ -14,7 +14,7 @@ under-predicts ITL by 15-30% against a real vLLM and why sizing adds headroom.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -727,6 +727,58 @@ def expected_decode_tokens_per_second(spec: Spec, model: Model) -> float | None:
     except PlanError:
         return None
     return None if result is None else result.decode_tokens_per_second_per_engine
+
+
+def decode_tokens_per_second(inputs: PlanInputs, batch: int) -> float:
+    """Expected decode tokens/s of one engine with `batch` sequences running: each step emits one token per
+    sequence, so `batch / decode_step(batch).expected` (0 at batch 0). Decode is bandwidth-bound at small batches:
+    a step reads the weights once and the running sequences' KV, so a lightly loaded engine emits far fewer
+    tokens/s than a full one, and its expectation must be the one at its own batch."""
+    if batch <= 0:
+        return 0.0
+    return batch / decode_step(inputs, batch).expected
+
+
+@dataclass(frozen=True)
+class DecodePoint:
+    """The expected decode step and throughput of one engine at one batch."""
+
+    batch: int
+    step_seconds: float  # the expected ITL at this batch
+    tokens_per_second: float
+
+
+def curve_batches(cap: int) -> tuple[int, ...]:
+    """The batches a decode curve is tabulated at: powers of two up to `cap`, and `cap` itself."""
+    if cap < 1:
+        return ()
+    batches = {1 << k for k in range(cap.bit_length()) if 1 << k <= cap}
+    batches.add(cap)
+    return tuple(sorted(batches))
+
+
+def decode_curve(inputs: PlanInputs, batches: Sequence[int]) -> tuple[DecodePoint, ...]:
+    """Expected step time and tokens/s of one engine at each of `batches` (raises `PlanError` for bad inputs)."""
+    check_inputs(inputs)
+    points = []
+    for batch in batches:
+        step = decode_step(inputs, batch).expected
+        points.append(DecodePoint(batch, step, batch / step))
+    return tuple(points)
+
+
+def expected_decode_curve(spec: Spec, model: Model) -> tuple[DecodePoint, ...] | None:
+    """The expected decode throughput of one engine of a spec's model from a batch of 1 to the most sequences it
+    can run (the KV cache at the classes' workload context, capped by `max_num_seqs`): what a measurement at the
+    batch actually running should be compared with. None when the spec names no preset or GPU for the model, or
+    when the model cannot run there."""
+    try:
+        result = plan_for_model(spec, model)
+    except PlanError:
+        return None
+    if result is None or result.batch_cap < 1:
+        return None
+    return decode_curve(result.inputs, curve_batches(result.batch_cap))
 
 
 @dataclass(frozen=True)
