@@ -30,12 +30,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian's Prometheus, promtool and Alertmanager for the rule and end-to-end tests (started by the tests on
-# loopback ports, never as system services), and Chromium, which renders the SLO report's HTML headless in a test.
+# loopback ports, never as system services), VictoriaMetrics and vmalert for the `--engine victoriametrics` test,
+# and Chromium, which renders the SLO report's HTML headless in a test.
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
+			|| ! command -v victoria-metrics >/dev/null || ! command -v vmalert >/dev/null \
 			|| ! command -v chromium >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			prometheus prometheus-alertmanager chromium; \
+			prometheus prometheus-alertmanager victoria-metrics chromium; \
 	fi
 
 lint: install

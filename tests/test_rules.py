@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from slokit import promql, schema
-from slokit.generate import alerts, promtool_tests, rules
-from slokit.generate.model import AlertRule, RecordingRule
+from slokit.generate import alerts, generate_all, promtool_tests, rules
+from slokit.generate.engines import Engine
+from slokit.generate.model import AlertKind, AlertRule, RecordingRule
 from slokit.spec import Spec, load_spec
 from slokit.units import prom_duration
 
@@ -139,3 +141,49 @@ def test_histogram_quantile_matches_prometheus_interpolation() -> None:
     bounds = (0.1, 0.5, 1.0)
     assert promtool_tests.histogram_quantile(0.5, bounds, [0, 10, 10, 10]) == pytest.approx(0.3)
     assert promtool_tests.histogram_quantile(0.99, bounds, [0, 0, 0, 10]) == 1.0  # +Inf: top finite bound
+
+
+# -- engines ---------------------------------------------------------------------------------------------------
+_RECORDED = re.compile(r"(slokit(?:_engine)?:[a-z0-9_:]+)(\{[^}]*\})?( offset \w+)?")
+_SLI_RECORDS = ("slokit:sli_total:", "slokit:sli_good:", "slokit:sli_error:", "slokit:burn_rate:",
+                schema.RECORD_ERROR_BUDGET_REMAINING)  # fmt: skip
+
+
+def test_engines_keep_the_default_rules_and_add_only_their_fields(spec: Spec) -> None:
+    default = rules.files(spec)
+    assert rules.files(spec, Engine.PROMETHEUS) == default
+    path = rules.rules_path(spec)
+    thanos, mimir = rules.files(spec, Engine.THANOS)[path], rules.files(spec, Engine.MIMIR)[path]
+    assert all(g.pop("partial_response_strategy") == "abort" for g in thanos["groups"])
+    assert thanos == default[path]
+    assert mimir.pop("namespace") == f"slokit-{spec.service}"
+    assert mimir == default[path]
+    assert list(generate_all([spec], Engine.VICTORIAMETRICS)) == [
+        p for p in generate_all([spec]) if not p.endswith(".rules.test.yaml")
+    ]
+
+
+def test_victoriametrics_alert_critical_chains_are_one_record_deep(spec: Spec) -> None:
+    groups = rules.rule_groups(spec, Engine.VICTORIAMETRICS)
+    assert [g.name for g in groups] == [g.name for g in rules.rule_groups(spec)]
+    assert all(g.to_data()["params"] == {"nocache": ["1"]} for g in groups)
+    checked = 0
+    for group in groups:
+        for rule in group.rules:
+            if isinstance(rule, AlertRule):
+                assert rule.keep_firing_for == ""
+                if rule.kind is not AlertKind.BURN_RATE:
+                    continue
+            elif not rule.record.startswith(_SLI_RECORDS):
+                continue
+            # Raw buckets, records at an offset (written long before) and the constant objective only.
+            for name, _, offset in _RECORDED.findall(rule.expr):
+                assert offset or name == schema.RECORD_OBJECTIVE, (rule, name)
+            checked += 1
+    assert checked > 10
+    records = {r.record: r for g in groups for r in g.rules if isinstance(r, RecordingRule)}
+    for window in ("5m", "30m", "1h"):
+        assert "increase(" in records[schema.record_sli_total(window)].expr
+        assert "offset" not in records[schema.record_sli_total(window)].expr
+    six = records[schema.record_sli_total("6h")].expr
+    assert "[1h]" in six and " offset 1h" in six and " offset 4h" in six

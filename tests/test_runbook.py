@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
+from slokit.catalog import GPUS, MODELS
 from slokit.generate import alerts, runbook
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
 from slokit.local.prometheus import check_rule_files, run_rule_tests
 from slokit.plan import roofline
-from slokit.plan.presets import GPUS, MODELS
 from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_specs_or_exit
+from slokit.generate.engines import Engine
 
 
 def generate(
@@ -24,6 +25,15 @@ def generate(
         bool,
         typer.Option("--no-promtool", help="Do not check the new rule files with `promtool check rules` first."),
     ] = False,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            "--engine",
+            help="Rule engine the rules are for: prometheus, victoriametrics (vmalert), thanos (Thanos Ruler) or "
+            "mimir (Mimir ruler); see docs/rules.md.",
+            case_sensitive=False,
+        ),
+    ] = Engine.PROMETHEUS,
 ) -> None:
     """Write the rules, alerts, promtool tests, dashboards, runbook and Kubernetes objects of specs.
 
@@ -37,6 +47,9 @@ def generate(
 
     exporters/: PrometheusRule, vLLM + GPU sidecar Deployment, ConfigMap, PodMonitor, HPA, KEDA ScaledObject.
 
+    --engine victoriametrics writes rules that fire on time under vmalert (no promtool tests: the file is
+    MetricsQL, checked with `vmalert -dryRun` when vmalert is on PATH); thanos and mimir add their rulers' fields.
+
     Files are replaced all at once: each new file is written beside its target under a temporary name, the rule
     files are checked with `promtool check rules` (when promtool is on PATH; --no-promtool skips it), and only then
     are they renamed over the old ones. A failure or a kill before that leaves the previous files as they were; a
@@ -49,12 +62,13 @@ def generate(
 
     loaded = load_specs_or_exit(specs)
     try:
-        files = generate_all(loaded)
+        files = generate_all(loaded, engine)
     except GenerateError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_USAGE) from None
     try:
-        report = write_files(files, output, check=check, verify=None if no_promtool else _promtool_verify)
+        verify = None if no_promtool else (lambda staged: _verify(staged, engine))
+        report = write_files(files, output, check=check, verify=verify)
     except WriteError as error:
         typer.echo(f"nothing written: {error}", err=True)
         raise typer.Exit(EXIT_FAILED) from None
@@ -79,18 +93,57 @@ def generate(
         typer.echo(f"unchanged {output / relative}")
 
 
-def _promtool_verify(staged: Mapping[str, Path]) -> None:
-    """`promtool check rules` on the staged rule files; raises WriteError with promtool's words if it refuses."""
+def _verify(staged: Mapping[str, Path], engine: Engine) -> None:
+    """Check the staged rule files with the engine's checker: promtool, or `vmalert -dryRun` for vmalert."""
+    if engine is Engine.VICTORIAMETRICS:
+        _vmalert_verify(staged)
+    else:
+        _promtool_verify(staged, engine)
+
+
+def _vmalert_verify(staged: Mapping[str, Path]) -> None:
+    """`vmalert -dryRun` on the staged rule files; raises WriteError with vmalert's words if it refuses."""
+    import subprocess
+
+    from slokit.generate.writer import WriteError
+    from slokit.local.prometheus import find_binary
+
+    rule_files = [path for relative, path in sorted(staged.items()) if relative.endswith(RULE_SUFFIX)]
+    vmalert = find_binary("vmalert")
+    if not rule_files:
+        return
+    if vmalert is None:
+        typer.echo("vmalert is not on PATH: rule files written without `vmalert -dryRun`", err=True)
+        return
+    for path in rule_files:
+        argv = [vmalert, "-dryRun", f"-rule={path}", "-loggerLevel=ERROR"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).replace(str(path), path.name.split("-", 3)[-1])
+            raise WriteError(f"vmalert -dryRun refused the new rule file:\n{output.strip()}")
+
+
+def _promtool_verify(staged: Mapping[str, Path], engine: Engine = Engine.PROMETHEUS) -> None:
+    """`promtool check rules` on the staged rule files; raises WriteError with promtool's words if it refuses.
+
+    Thanos and Mimir files are checked as promtool reads them: without the ruler's own fields."""
     from slokit.generate.writer import WriteError
     from slokit.local.prometheus import PROMTOOL_BINARY, check_rule_files, find_binary
 
     rule_files = [path for relative, path in sorted(staged.items()) if relative.endswith(RULE_SUFFIX)]
     if not rule_files:
         return
+    if engine is not Engine.PROMETHEUS:
+        staged, rule_files = _promtool_views(staged, rule_files)
     if find_binary(PROMTOOL_BINARY) is None:
         typer.echo("promtool is not on PATH: rule files written without `promtool check rules`", err=True)
         return
-    result = check_rule_files(rule_files)
+    try:
+        result = check_rule_files(rule_files)
+    finally:
+        if engine is not Engine.PROMETHEUS:
+            for view in rule_files:
+                view.unlink(missing_ok=True)
     if not result.ok:
         names = {str(path): relative for relative, path in staged.items()}
         output = result.output
@@ -100,6 +153,26 @@ def _promtool_verify(staged: Mapping[str, Path]) -> None:
 
 
 RULE_SUFFIX = ".rules.yaml"
+
+
+def _promtool_views(staged: Mapping[str, Path], rule_files: list[Path]) -> tuple[dict[str, Path], list[Path]]:
+    """Beside each staged Thanos/Mimir rule file, its promtool view (engines.promtool_view), removed by the next
+    write's recovery if left behind; returns the views in place of the files."""
+    import yaml
+
+    from slokit.generate.engines import promtool_view
+
+    views: dict[str, Path] = dict(staged)
+    paths = []
+    for relative, path in staged.items():
+        if path not in rule_files:
+            continue
+        view = path.with_name(path.name.replace(RULE_SUFFIX, ".promtool" + RULE_SUFFIX))
+        data = promtool_view(yaml.safe_load(path.read_text(encoding="utf-8")))
+        view.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        views[relative] = view
+        paths.append(view)
+    return views, paths
 
 
 def register(app: typer.Typer) -> None:

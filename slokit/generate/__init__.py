@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from slokit.generate import alertmanager, dashboards, k8s, promtool_tests, rules, runbook
+from slokit.generate.engines import DEFAULT, Engine
 from slokit.generate.writer import render
 from slokit.spec import Spec
 
@@ -31,8 +32,19 @@ class GenerateError(Exception):
     """Specs that cannot be generated together (e.g. two specs for the same service)."""
 
 
-def generate_all(specs: Iterable[Spec]) -> dict[str, str]:
-    """Every generated file for every spec: relative path -> file content."""
+def _generators(engine: Engine) -> tuple[Generator, ...]:
+    """The generators for an engine: its own rule files, and promtool tests only where promtool reads the rules."""
+    if engine is Engine.PROMETHEUS:
+        return GENERATORS
+    return tuple(
+        (lambda spec: rules.files(spec, engine)) if g is rules.files else g
+        for g in GENERATORS
+        if g is not promtool_tests.files
+    )
+
+
+def generate_all(specs: Iterable[Spec], engine: Engine = DEFAULT) -> dict[str, str]:
+    """Every generated file for every spec: relative path -> file content (rules in `engine`'s form)."""
     out: dict[str, str] = {}
     owners: dict[str, str] = {}
     data_by_path: dict[str, Any] = {}
@@ -44,7 +56,7 @@ def generate_all(specs: Iterable[Spec]) -> dict[str, str]:
             )
         owners[spec.service] = spec.path
         spec_name = Path(spec.path).name if spec.path else spec.service
-        for generator in GENERATORS:
+        for generator in _generators(engine):
             for relative, data in generator(spec).items():
                 if relative in data_by_path:
                     # Files every spec writes alike (Grafana provisioning) name no single spec.

@@ -81,10 +81,12 @@ class RuleGroup:
     name: str
     interval: str
     rules: tuple[RecordingRule | AlertRule, ...]
+    fields: Mapping[str, Any] = field(default_factory=dict)  # an engine's own group fields (engines.group_fields)
 
     def to_data(self) -> dict[str, Any]:
-        """Prometheus rule-file form."""
-        return {"name": self.name, "interval": self.interval, "rules": [rule.to_data() for rule in self.rules]}
+        """Rule-file form (Prometheus's, plus the engine's group fields)."""
+        return {"name": self.name, "interval": self.interval, **self.fields,
+                "rules": [rule.to_data() for rule in self.rules]}  # fmt: skip
 
 
 def heading_anchor(heading: str) -> str:

@@ -23,17 +23,29 @@ The shape, and why:
 Labels on every SLO series: service, model, class, slo; engine on `slokit_engine:*`; quantile on quantile records.
 Rules run unchanged on Prometheus, Thanos Ruler and Mimir ruler (plain PromQL, no subqueries, no `@`), and are
 also written as a prometheus-operator PrometheusRule.
+
+**VictoriaMetrics (`--engine victoriametrics`).** vmalert writes each record through remote write, so a rule reads
+another rule's result of the same evaluation one interval late, and a chain of n records trails the raw data by n
+intervals. So there: windows up to VM_RAW_WINDOW are `increase()` of the raw buckets (VictoriaMetrics' increase is
+the same sample delta as the 5m tile: it starts from the last sample before the window and does not extrapolate);
+a longer window is its tiles with the newest one flattened down to such a raw read, so it reads the raw buckets
+and records at an `offset` of at least their own window (written long before); error ratios, burn rates and the
+budget are computed from those same expressions (MetricsQL `WITH`), not from the records of this evaluation; and
+burn-rate alerts compute their own burn rates the same way. Every group asks with `nocache=1`, so
+VictoriaMetrics answers as of the evaluation time instead of `-search.latencyOffset` (30s) earlier.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from slokit import promql, schema
 from slokit.generate import alerts, queries
-from slokit.generate.model import AlertRule, RecordingRule, RuleGroup
+from slokit.generate.engines import DEFAULT, Engine, group_fields, mimir_namespace
+from slokit.generate.model import AlertKind, AlertRule, RecordingRule, RuleGroup
 from slokit.plan.roofline import expected_decode_tokens_per_second
 from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, one_of, selector
 from slokit.schema import Sli
@@ -98,6 +110,24 @@ def window_plans(spec: Spec) -> list[WindowPlan]:
         recorded.append(window)
         step_of[window] = interval
     return plans
+
+
+# vmalert: windows up to this long are read straight from the raw buckets (the page tiers' windows).
+VM_RAW_WINDOW: Final = 3600.0
+
+
+def vm_head(plans: dict[float, WindowPlan], window: float) -> tuple[float, tuple[promql.Block, ...]]:
+    """`window` on vmalert: the raw-read window at its recent end and the recorded blocks behind it.
+
+    The newest tile is replaced by its own tiles, newest first, until it is a window read from raw; every other
+    block is a record read at an offset of at least its own length, written long before this evaluation.
+    """
+    plan = plans[window]
+    if window <= VM_RAW_WINDOW or not plan.blocks:
+        return window, ()
+    head, rest = plan.blocks[0], plan.blocks[1:]
+    raw, inner = vm_head(plans, head.window)
+    return raw, (*inner, *rest)
 
 
 def w(seconds: float) -> str:
@@ -408,6 +438,97 @@ def _raw_window(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> Rec
     return RecordingRule(name(w(plan.window)), _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})
 
 
+def _vm_raw(name: Callable[[str], str], spec: Spec, window: float, only: tuple[str, Sli] | None) -> str:
+    """vmalert: events of `window` per SLO from the raw buckets (`increase()`), with the service label."""
+    terms = []
+    group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS]
+    for rc, sli in _objective_slos(spec):
+        if only is not None and only != (rc.name, sli):
+            continue
+        objective = rc.slos[sli].objective
+        assert objective is not None
+        matcher = INF_MATCHER if name is schema.record_sli_total else threshold_le(spec, rc, sli, objective.threshold)
+        for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher]):
+            inner = f"increase({raw}[{prom_duration(window)}])"
+            terms.append(_with_slo(sli, _histogram_sum(spec, rc, sli, inner, group)))
+    service = promql.quote(spec.service)
+    return f'label_replace(\n  {_union(terms)},\n  "{schema.RULE_LABEL_SERVICE}", {service}, "", ""\n)'
+
+
+def vm_window(
+    name: Callable[[str], str],
+    spec: Spec,
+    plans: dict[float, WindowPlan],
+    window: float,
+    only: tuple[str, Sli] | None = None,
+) -> str:
+    """vmalert: events of `window` from the raw buckets and settled records only (see vm_head); `only` keeps one
+    (class, SLI)."""
+    raw_window, blocks = vm_head(plans, window)
+    raw = _vm_raw(name, spec, raw_window, only)
+    if not blocks:
+        return raw
+    matchers = [_service(spec)]
+    if only is not None:
+        matchers += [eq(schema.RULE_LABEL_CLASS, only[0]), eq(schema.RULE_LABEL_SLO, only[1].value)]
+    terms = [f'label_replace({raw}, "{schema.RULE_LABEL_TILE}", "0", "", "")']
+    for index, block in enumerate(blocks, 1):
+        recorded = selector(name(w(block.window)), matchers) + promql.offset_suffix(
+            block.offset, prom_duration(block.offset)
+        )
+        terms.append(f'label_replace({recorded}, "{schema.RULE_LABEL_TILE}", "{index}", "", "")')
+    return f"sum without ({schema.RULE_LABEL_TILE}) (\n  " + "\n  or ".join(terms) + "\n)"
+
+
+RATIO_OF: Final = "clamp_min({total} - {good}, 0) / ({total} > 0) or {total} * 0"
+
+
+def vm_with(parts: Sequence[tuple[str, str]], expr: str) -> str:
+    """A MetricsQL `WITH (name = expr, ...) expr` template."""
+    inner = ",\n".join(f"{name} = (\n{value}\n)" for name, value in parts)
+    return f"WITH (\n{inner}\n)\n{expr}"
+
+
+def vm_burn_parts(
+    spec: Spec, plans: dict[float, WindowPlan], window: float, prefix: str, only: tuple[str, Sli] | None = None
+) -> list[tuple[str, str]]:
+    """The `WITH` templates `<prefix>total` and `<prefix>good` of one window."""
+    return [
+        (f"{prefix}total", vm_window(schema.record_sli_total, spec, plans, window, only)),
+        (f"{prefix}good", vm_window(schema.record_sli_good, spec, plans, window, only)),
+    ]
+
+
+def vm_ratio(prefix: str) -> str:
+    """The error ratio of the `<prefix>total`/`<prefix>good` templates (0 without events)."""
+    return RATIO_OF.format(total=f"{prefix}total", good=f"{prefix}good")
+
+
+def _vm_window_rules(spec: Spec, plans: dict[float, WindowPlan], plan: WindowPlan) -> list[RecordingRule]:
+    window = w(plan.window)
+    labels = {schema.RULE_LABEL_SERVICE: spec.service}
+    total = vm_window(schema.record_sli_total, spec, plans, plan.window)
+    good = vm_window(schema.record_sli_good, spec, plans, plan.window)
+    parts = vm_burn_parts(spec, plans, plan.window, "")
+    objective = selector(schema.RECORD_OBJECTIVE, [_service(spec)])
+    burn = f"({vm_ratio('')})\n/ on ({', '.join(SLO_LABELS)}) (1 - {objective})"
+    return [
+        RecordingRule(schema.record_sli_total(window), total, labels),
+        RecordingRule(schema.record_sli_good(window), good, labels),
+        RecordingRule(schema.record_error_ratio(window), vm_with(parts, vm_ratio("")), labels),
+        RecordingRule(schema.record_burn_rate(window), vm_with(parts, burn), labels),
+    ]
+
+
+def _vm_budget_rule(spec: Spec, plans: dict[float, WindowPlan]) -> RecordingRule:
+    objective = selector(schema.RECORD_OBJECTIVE, [_service(spec)])
+    burn = f"1 - ({vm_ratio('')})\n/ on ({', '.join(SLO_LABELS)}) (1 - {objective})"
+    parts = vm_burn_parts(spec, plans, spec.window, "")
+    return RecordingRule(
+        schema.RECORD_ERROR_BUDGET_REMAINING, vm_with(parts, burn), {schema.RULE_LABEL_SERVICE: spec.service}
+    )
+
+
 def _window_rules(spec: Spec, plan: WindowPlan) -> list[RecordingRule]:
     rules: list[RecordingRule] = []
     window = w(plan.window)
@@ -584,7 +705,7 @@ def group_name(spec: Spec, part: str) -> str:
     return f"slokit-{spec.service}-{part}"
 
 
-def recording_groups(spec: Spec) -> list[RuleGroup]:
+def recording_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
     """The recording-rule groups, in dependency order inside each group."""
     short: list[RecordingRule] = [
         *_bucket_rate_rules(spec),
@@ -596,29 +717,85 @@ def recording_groups(spec: Spec) -> list[RuleGroup]:
     long: list[RecordingRule] = []
     target = {SHORT_INTERVAL: short, MEDIUM_INTERVAL: medium, LONG_INTERVAL: long}
     if _objective_slos(spec):
-        for plan in window_plans(spec):
-            target[plan.interval].extend(_window_rules(spec, plan))
-        target[window_interval(spec.window)].append(_budget_rule(spec))
+        plans = {p.window: p for p in window_plans(spec)}
+        for plan in plans.values():
+            if engine is Engine.VICTORIAMETRICS:
+                target[plan.interval].extend(_vm_window_rules(spec, plans, plan))
+            else:
+                target[plan.interval].extend(_window_rules(spec, plan))
+        budget = _vm_budget_rule(spec, plans) if engine is Engine.VICTORIAMETRICS else _budget_rule(spec)
+        target[window_interval(spec.window)].append(budget)
     short.extend(_consistency_rules(spec))
     short.extend(_scale_out_rules(spec))
-    engine = [*_engine_rules(spec), *_expected_decode_rules(spec)]
+    engine_rules = [*_engine_rules(spec), *_expected_decode_rules(spec)]
     baseline = [_baseline_rule(spec)]
+    fields = group_fields(engine)
     groups = [
-        RuleGroup(group_name(spec, "sli-short"), prom_duration(SHORT_INTERVAL), tuple(short)),
-        RuleGroup(group_name(spec, "sli-medium"), prom_duration(MEDIUM_INTERVAL), tuple(medium)),
-        RuleGroup(group_name(spec, "sli-long"), prom_duration(LONG_INTERVAL), tuple(long)),
-        RuleGroup(group_name(spec, "baseline"), prom_duration(MEDIUM_INTERVAL), tuple(baseline)),
-        RuleGroup(group_name(spec, "engine"), prom_duration(SHORT_INTERVAL), tuple(engine)),
+        RuleGroup(group_name(spec, "sli-short"), prom_duration(SHORT_INTERVAL), tuple(short), fields),
+        RuleGroup(group_name(spec, "sli-medium"), prom_duration(MEDIUM_INTERVAL), tuple(medium), fields),
+        RuleGroup(group_name(spec, "sli-long"), prom_duration(LONG_INTERVAL), tuple(long), fields),
+        RuleGroup(group_name(spec, "baseline"), prom_duration(MEDIUM_INTERVAL), tuple(baseline), fields),
+        RuleGroup(group_name(spec, "engine"), prom_duration(SHORT_INTERVAL), tuple(engine_rules), fields),
     ]
     return [g for g in groups if g.rules]
 
 
-def rule_groups(spec: Spec) -> list[RuleGroup]:
+def _vm_burn_alert(spec: Spec, plans: dict[float, WindowPlan], rule: AlertRule) -> AlertRule:
+    """A burn-rate alert that computes both burn rates from raw buckets and settled records (vmalert)."""
+    assert rule.request_class is not None and rule.sli is not None and rule.model is not None
+    rc = next(c for c in spec.classes if c.name == rule.request_class)
+    tier = next(
+        t
+        for t in alerts.burn_tiers(spec, rc, rule.sli)
+        if not t.skipped
+        and prom_duration(t.window.long) == rule.labels["long"]
+        and prom_duration(t.window.short) == rule.labels["short"]
+        and spec.alerting.severity.label(t.window.severity) == rule.labels["severity"]
+    )
+    only = (rc.name, rule.sli)
+    m = [
+        _service(spec),
+        eq(schema.RULE_LABEL_MODEL, rule.model),
+        eq(schema.RULE_LABEL_CLASS, rc.name),
+        eq(schema.RULE_LABEL_SLO, rule.sli.value),
+    ]
+    parts = [
+        *vm_burn_parts(spec, plans, tier.window.long, "long_", only),
+        *vm_burn_parts(spec, plans, tier.window.short, "short_", only),
+        ("objective", selector(schema.RECORD_OBJECTIVE, m)),
+    ]
+    on = f"on ({', '.join(SLO_LABELS)})"
+    factor = number(tier.factor)
+    expr = (
+        f"({vm_ratio('long_')}) / {on} (1 - objective) > {factor}\n"
+        f"and\n({vm_ratio('short_')}) / {on} (1 - objective) > {factor}"
+    )
+    if tier.adapted:
+        parts.append(("requests", vm_window(schema.record_sli_total, spec, plans, alerts.FAST_SHORT_WINDOW, only)))
+        expr += f"\nand {on}\nrequests >= {spec.alerting.min_requests}"
+    return dataclasses.replace(rule, expr=vm_with(parts, expr))
+
+
+def _for_engine(spec: Spec, rules: Sequence[AlertRule], engine: Engine) -> tuple[AlertRule, ...]:
+    if engine is not Engine.VICTORIAMETRICS:
+        return tuple(rules)
+    plans = {p.window: p for p in window_plans(spec)}
+    out = []
+    for rule in rules:
+        if rule.kind is AlertKind.BURN_RATE:
+            rule = _vm_burn_alert(spec, plans, rule)
+        out.append(dataclasses.replace(rule, keep_firing_for=""))  # vmalert 1.79 refuses keep_firing_for
+    return tuple(out)
+
+
+def rule_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
     """Every group of the service's rule file: the recording groups, then the alerts."""
-    alert_rules: tuple[AlertRule, ...] = tuple(alerts.alert_rules(spec))
-    groups = recording_groups(spec)
+    alert_rules = _for_engine(spec, alerts.alert_rules(spec), engine)
+    groups = recording_groups(spec, engine)
     if alert_rules:
-        groups.append(RuleGroup(group_name(spec, "alerts"), prom_duration(SHORT_INTERVAL), alert_rules))
+        groups.append(
+            RuleGroup(group_name(spec, "alerts"), prom_duration(SHORT_INTERVAL), alert_rules, group_fields(engine))
+        )
     return groups
 
 
@@ -644,10 +821,17 @@ def prometheus_rule(spec: Spec, groups: list[RuleGroup]) -> dict[str, Any]:
     }
 
 
-def files(spec: Spec) -> dict[str, Any]:
-    """The rule file and the PrometheusRule object for one spec."""
-    groups = rule_groups(spec)
+def files(spec: Spec, engine: Engine = DEFAULT) -> dict[str, Any]:
+    """The rule file and the PrometheusRule object for one spec.
+
+    Mimir's file is a `mimirtool rules load` file: its namespace on top. The PrometheusRule carries the same groups
+    (VictoriaMetrics' operator converts PrometheusRule objects to VMRule ones).
+    """
+    groups = rule_groups(spec, engine)
+    data: dict[str, Any] = {"groups": [g.to_data() for g in groups]}
+    if engine is Engine.MIMIR:
+        data = {"namespace": mimir_namespace(spec.service), **data}
     return {
-        rules_path(spec): {"groups": [g.to_data() for g in groups]},
+        rules_path(spec): data,
         f"exporters/{spec.service}.prometheusrule.yaml": prometheus_rule(spec, groups),
     }
