@@ -36,7 +36,7 @@ from slokit.local.prometheus import (
     backfill_rules,
     move_blocks,
 )
-from slokit.plan.roofline import expected_decode_tokens_per_second
+from slokit.plan.roofline import decode_tokens_per_second, expected_decode_tokens_per_second, plan_for_model
 from slokit.schema import Sli
 from slokit.spec import PERCENTILES, Spec, load_spec_text
 from slokit.units import format_le, prom_duration
@@ -84,6 +84,7 @@ WIDTH = 30  # bins in a worst window: 30 minutes, a twelfth of the period
 ALERT = {"alertname": "SlokitChatTtftBurnRate", "alertstate": "firing", "service": "rtest",
          "severity": "critical", "model": "llama-3-8b", "class": "chat", "slo": "ttft"}  # fmt: skip
 MODEL, BATCH = "llama-3-8b", "batchm"
+RUNNING = 16  # requests running per engine (a batch the planner tabulates)
 
 Events = Callable[[int], dict[float, int]]
 
@@ -141,6 +142,9 @@ class History:
 
     def tokens(self, t: int) -> int:
         return 0 if self.quiet(t) else (600 if self.chat_incident(t) else 3000)
+
+    def running(self, t: int) -> float:
+        return RUNNING  # the same batch throughout: the incident's decode is slow at the batch it runs
 
 
 def cumulative_series(
@@ -200,7 +204,8 @@ def backfill(history: History, spec: Spec, writer: OpenMetricsWriter) -> None:
     metrics = spec.metrics
     tokens_family = metrics.generation_tokens.removesuffix("_total")
     for family, kind in ((metrics.requests_waiting, "gauge"), (metrics.kv_cache_usage, "gauge"),
-                         (tokens_family, "counter"), (schema.PROMETHEUS_ALERTS, "gauge")):  # fmt: skip
+                         (metrics.requests_running, "gauge"), (tokens_family, "counter"),
+                         (schema.PROMETHEUS_ALERTS, "gauge")):  # fmt: skip
         writer.family(family, kind)
     for pod in ("a", "b"):
         engine = {"model": MODEL, "engine": "0", "pod": pod}
@@ -213,6 +218,7 @@ def backfill(history: History, spec: Spec, writer: OpenMetricsWriter) -> None:
                 continue
             writer.sample(metrics.requests_waiting, metrics.requests_waiting, engine, history.waiting(t), t)
             writer.sample(metrics.kv_cache_usage, metrics.kv_cache_usage, engine, history.kv(t), t)
+            writer.sample(metrics.requests_running, metrics.requests_running, engine, history.running(t), t)
             writer.sample(tokens_family, metrics.generation_tokens, engine, total, t)
     for first, last in alert_episodes(history):
         for t in range(first, last + 1, 30):
@@ -309,8 +315,13 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
     }  # fmt: skip
     rows = {(o["model"], o["class"], o["slo"]): o for o in doc["objectives"]}
     assert set(rows) == {*truth, (MODEL, "idle", "ttft")}
-    expected_decode = expected_decode_tokens_per_second(spec, spec.model(MODEL))
-    assert expected_decode is not None
+    full_batch = expected_decode_tokens_per_second(spec, spec.model(MODEL))
+    plan = plan_for_model(spec, spec.model(MODEL))
+    assert full_batch is not None and plan is not None and plan.batch_cap > RUNNING
+    # The planner's figure at the batch the engines ran (a tabulated power of two, so no interpolation), far
+    # below the full engine's: a report comparing with the full batch would call every window slow.
+    expected_decode = decode_tokens_per_second(plan.inputs, RUNNING)
+    assert expected_decode < 0.5 * full_batch
     for key, (rows_binned, bounds, threshold, objective) in truth.items():
         o = rows[key]
         good_index = bounds.index(threshold)
@@ -338,7 +349,9 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
             if key[0] == MODEL:
                 assert signals["queue_waiting_max"] == max(history.waiting(m) for m in minutes)
                 assert signals["kv_cache_usage_max"] == pytest.approx(max(history.kv(m) for m in minutes))
+                assert signals["requests_running_mean"] == RUNNING
                 assert signals["expected_decode_tokens_per_second"] == pytest.approx(expected_decode)
+                assert signals["expected_decode_tokens_per_second_full_batch"] == pytest.approx(full_batch)
                 assert signals["decode_tokens_per_second"] is not None
             else:
                 assert signals["queue_waiting_max"] is None and signals["decode_vs_expected"] is None

@@ -12,6 +12,7 @@ note the renderers print ("no traffic for class batch on qwen").
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,7 +96,9 @@ class ReportInput:
     signals: dict[str, dict[str, Floats]] = field(default_factory=dict)
     alerts: list[AlertEpisode] = field(default_factory=list)
     records: dict[Key, WindowRecords] = field(default_factory=dict)
-    expected_decode: dict[str, float] = field(default_factory=dict)  # planner's tokens/s per engine, per model
+    expected_decode: dict[str, float] = field(default_factory=dict)  # planner's tokens/s per engine at a full batch
+    # The planner's decode step time (seconds) per engine at tabulated batches, per model: (batch, step) ascending.
+    decode_curves: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -385,14 +388,35 @@ def _signals_during(model: str, sl: slice, data: ReportInput) -> dict[str, float
         return float(part.max() if how == "max" else part.mean())
 
     decode = pick("decode_tokens_per_second", "mean")
-    expected = data.expected_decode.get(model)
+    running = pick("requests_running", "mean")
+    curve = data.decode_curves.get(model)
+    expected = expected_at_batch(curve, running) if curve and running is not None else None
     return {
         "queue_waiting_max": pick("queue_waiting", "max"),
         "kv_cache_usage_max": pick("kv_cache_usage", "max"),
+        "requests_running_mean": running,
         "decode_tokens_per_second": decode,
         "expected_decode_tokens_per_second": expected,
+        "expected_decode_tokens_per_second_full_batch": data.expected_decode.get(model),
         "decode_vs_expected": decode / expected if decode is not None and expected else None,
     }
+
+
+def expected_at_batch(curve: Sequence[tuple[int, float]], batch: float) -> float | None:
+    """The planner's decode tokens/s per engine at a (mean) running batch: batch / step time, the step time
+    interpolated linearly between the tabulated batches (as the dashboards' and runbook's expected-decode queries
+    do), at the nearest tabulated batch outside their range. None when nothing runs: a lightly loaded engine is compared
+    with what it should do at its own batch, never with a full engine's throughput."""
+    if batch <= 0 or not curve:
+        return None
+    b = min(max(batch, curve[0][0]), curve[-1][0])
+    step = curve[0][1]
+    for (b0, s0), (b1, s1) in itertools.pairwise(curve):
+        if b0 <= b <= b1:
+            step = s0 + (s1 - s0) * (b - b0) / (b1 - b0) if b1 > b0 else s0
+            break
+    # An engine idle part of the time runs fewer than one sequence on average: one sequence's step, that often.
+    return batch / step
 
 
 def _slo_window(spec: Spec, key: Key, data: ReportInput, notes: list[str]) -> dict[str, Any] | None:

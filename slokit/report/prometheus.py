@@ -29,7 +29,7 @@ import numpy as np
 
 from slokit import promql, schema
 from slokit.generate.queries import Queries
-from slokit.plan.roofline import expected_decode_tokens_per_second
+from slokit.plan.roofline import expected_decode_curve, expected_decode_tokens_per_second
 from slokit.promql import eq, selector
 from slokit.report.analyze import (
     AlertEpisode,
@@ -248,11 +248,13 @@ class PrometheusSource:
             "queue_waiting": f"max {by} ({self._over(metrics.requests_waiting, models, 'max_over_time', step)})",
             "kv_cache_usage": f"max {by} ({self._over(metrics.kv_cache_usage, models, 'max_over_time', step)})",
             # One raw series per engine: the mean of per-series rates is the decode throughput per engine.
+            # Mean running requests per engine: the batch the decode expectation is read at.
+            "requests_running": f"avg {by} ({self._over(metrics.requests_running, models, 'avg_over_time', step)})",
             "decode_tokens_per_second": (
                 f"avg {by} ({self._over(metrics.generation_tokens, models, 'rate', rate_window)})"
             ),
         }
-        self._say("reading engine signals (queue, KV cache, decode throughput)")
+        self._say("reading engine signals (queue, KV cache, running batch, decode throughput)")
         first = data.start + data.step
         for name, expr in queries.items():
             per_model: dict[str, Floats] = {}
@@ -346,3 +348,6 @@ class PrometheusSource:
             value = expected_decode_tokens_per_second(self.spec, model)
             if value is not None:
                 data.expected_decode[model.name] = value
+            curve = expected_decode_curve(self.spec, model)
+            if curve:
+                data.decode_curves[model.name] = tuple((p.batch, p.step_seconds) for p in curve)

@@ -210,7 +210,8 @@ def _sections(document: dict[str, Any]) -> list[tuple[str, Sequence[str], list[l
                     f"{o['class']}/{o['slo']} on {o['model']}", w["start"],
                     format_duration(w["end_unix"] - w["start_unix"]), pct(w["error_ratio"], 2),
                     num(w["burn_rate"], "{:.1f}x"), num(w["events_total"]), num(s["queue_waiting_max"], "{:.0f}"),
-                    pct(s["kv_cache_usage_max"], 0), num(s["decode_tokens_per_second"], "{:,.0f}"),
+                    pct(s["kv_cache_usage_max"], 0), num(s["requests_running_mean"], "{:.1f}"),
+                    num(s["decode_tokens_per_second"], "{:,.0f}"),
                     num(s["expected_decode_tokens_per_second"], "{:,.0f}"), pct(s["decode_vs_expected"], 0),
                 ]
             )  # fmt: skip
@@ -218,7 +219,7 @@ def _sections(document: dict[str, Any]) -> list[tuple[str, Sequence[str], list[l
         (
             "Worst windows",
             ["objective", "start", "length", "slow share", "burn", "events", "queue max", "KV cache max",
-             "decode tok/s per engine", "planner tok/s", "decode vs planner"],
+             "running per engine", "decode tok/s per engine", "planner tok/s at that batch", "decode vs planner"],
             worst,
         )
     )  # fmt: skip
