@@ -766,8 +766,10 @@ class _Story:
         return f"sum({self.metrics.requests_running}{self._selector(False)})"
 
     def q_ttft(self, quantile: float, window: str = "1m") -> str:
-        bucket = f"{self.metrics.latency[Sli.TTFT]}_bucket{self._selector(True)}"
-        return f"histogram_quantile({quantile}, sum by (le) (rate({bucket}[{window}])))"
+        """The TTFT quantile from the histogram the class's SLO reads (the frontend's by default)."""
+        terms = Queries(self.spec).histogram_terms(self.request_class, Sli.TTFT, "_bucket", models=[self.model.name])
+        rates = " or ".join(f"rate({term.selector}[{window}])" for term in terms)
+        return f"histogram_quantile({quantile}, sum by (le) ({rates}))"
 
     def query_value(self, expr: str) -> float | None:
         assert self.prometheus is not None
