@@ -398,6 +398,15 @@ def runbook_section(markdown: str, anchor: str) -> str | None:
     return "\n".join(lines[start:]).rstrip() + "\n"
 
 
+_GUIDE_LINK: Final = re.compile(r"^\*\*Debug:\*\*\s*\[[^\]]*\]\(#([^)]+)\)", re.MULTILINE)
+
+
+def linked_guide(markdown: str, section: str) -> str | None:
+    """The debugging guide an alert's section links to (`**Debug:** [title](#anchor)`), or None without one."""
+    match = _GUIDE_LINK.search(section)
+    return runbook_section(markdown, match.group(1)) if match else None
+
+
 _STEP_ONE: Final = re.compile(r"\bStep 1\b", re.IGNORECASE)
 _STEP_TWO: Final = re.compile(r"\bStep 2\b", re.IGNORECASE)
 
@@ -1182,15 +1191,20 @@ class _Story:
             raise DemoAborted("no runbook was generated")
         path = self.result.output / relative
         self.result.runbook_path = path
-        section = runbook_section(path.read_text(encoding="utf-8"), anchor)
+        markdown = path.read_text(encoding="utf-8")
+        section = runbook_section(markdown, anchor)
         if section is None:
             detail = f"{path} has no section with anchor #{anchor} (from runbook_url {url})"
             self.result.add("runbook step", False, detail)
             raise DemoAborted(detail)
-        self.result.runbook_section = section
+        # The alert's section links the debugging guide of its class and model, where the steps are.
+        guide = linked_guide(markdown, section)
+        self.result.runbook_section = section + (guide or "")
         self.out.line(f"{path}#{anchor}")
         self.out.block(section_excerpt(section))
-        query = first_query(section)
+        if guide is not None:
+            self.out.block(section_excerpt(guide))
+        query = first_query(guide or section)
         if query is None:
             detail = f"the section #{anchor} has no ```promql query"
             self.result.add("runbook step", False, detail)

@@ -26,11 +26,13 @@ from slokit.demo import (
     demo_rule_groups,
     expected_alerts,
     first_query,
+    linked_guide,
     load_demo_spec,
     runbook_section,
     section_excerpt,
 )
 from slokit.distributions import parse_distribution
+from slokit.generate import alerts, runbook
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
 from slokit.schema import Sli
 from slokit.spec import load_spec
@@ -195,6 +197,20 @@ def test_first_query_is_the_first_query_of_step_one_not_the_alert_expression() -
     assert first_query(section) == 'max by (engine) (\n     slokit_requests_waiting{model="m"}\n   )'
     assert first_query("## x\n\nno query\n") is None
     assert first_query("## x\n\n```promql\nvector(1)\n```\n") == "vector(1)"
+
+
+def test_the_alerts_section_links_the_guide_whose_first_step_is_the_queue() -> None:
+    """On the generated runbook of the demo spec: the alert's short section, then the guide it links to."""
+    spec = load_demo_spec(DEMO_SPEC)
+    rule = next(r for r in alerts.alert_rules(spec) if r.model is not None and r.request_class is not None)
+    markdown = runbook.render(spec, alerts.alert_rules(spec))
+    section = runbook_section(markdown, rule.anchor)
+    assert section is not None and "**Step" not in section
+    guide = linked_guide(markdown, section)
+    assert guide is not None and guide.startswith(f"## Debugging {rule.request_class} on {rule.model}")
+    query = first_query(guide)
+    assert query is not None and spec.metrics.requests_waiting in query and f'model="{rule.model}"' in query
+    assert linked_guide(markdown, "## x\n\nno link\n") is None
 
 
 def test_section_excerpt_stops_before_step_two() -> None:

@@ -84,19 +84,38 @@ def test_every_alert_has_a_section_its_runbook_url_resolves_to(spec: Spec) -> No
         assert rule.title in by_title
 
 
-def test_sections_walk_the_four_steps_in_order_with_this_alerts_model_and_class(spec: Spec) -> None:
+def guide_of(by_title: dict[str, str], body: str) -> str:
+    """The body of the debugging guide an alert section links to."""
+    match = re.search(r"^\*\*Debug:\*\* \[(.+?)\]\(#([^)]+)\)", body, re.M)
+    assert match, "an alert section without a link to its debugging guide"
+    assert heading_anchor(unescape(match.group(1))) == match.group(2)
+    return by_title[unescape(match.group(1))]
+
+
+def test_sections_link_a_guide_that_walks_the_steps_in_order_with_this_alerts_model_and_class(spec: Spec) -> None:
     rules = alerts.alert_rules(spec)
-    by_title = sections(runbook.render(spec, rules))
+    text = runbook.render(spec, rules)
+    by_title = sections(text)
     m = spec.metrics
+    guides = {t: b for t, b in by_title.items() if t.startswith("Debugging ")}
+    # Each scope's steps once: one guide per class on a model and per model, however many alerts link to it.
+    scopes = {(r.model, r.request_class) for r in rules}
+    assert len(guides) == len(scopes) < len(rules)
+    for title, body in by_title.items():
+        if title in guides:
+            continue
+        assert "**Step " not in body, f"{title}: steps belong in the guides"
     for rule in rules:
-        body = by_title[rule.title]
+        section = by_title[rule.title]
+        assert section.index("What fired and what it means for users") < section.index("**Debug:**")
+        assert "{{" not in section, f"{rule.title}: a template left for a human to expand"
+        body = guide_of(by_title, section)
         positions = [body.index(f"**Step {i}: {title}.**") for i, title in enumerate(STEP_TITLES, start=1)]
         if m.frontend_latency:  # the API server comes before the engine queue
             positions.insert(0, body.index("**Step 0: API server saturation.**"))
         else:
             assert "**Step 0:" not in body
         assert positions == sorted(positions), rule.title
-        assert body.index("What fired and what it means for users") < positions[0]
         step_bodies = re.split(r"\*\*Step \d: ", body)[1:]
         for step in step_bodies:
             assert promql_blocks(step), f"{rule.title}: a step without PromQL"
@@ -256,7 +275,8 @@ def test_runbook_expected_decode_query_evaluates_to_the_planner_at_the_running_b
     tokens/s is the hand calculation at its own batch, and measured / expected reads the engine's true share."""
     spec = load_spec(ROOT / "examples" / "assistant.yaml")
     text = runbook.render(spec, alerts.alert_rules(spec))
-    body = sections(text)[next(r.title for r in alerts.alert_rules(spec) if r.model == "llama-3-70b")]
+    by_title = sections(text)
+    body = guide_of(by_title, by_title[next(r.title for r in alerts.alert_rules(spec) if r.model == "llama-3-70b")])
     step = body.split("**Step 2: Decode throughput.**", 1)[1].split("**Step 3:", 1)[0]
 
     def query(label: str) -> str:

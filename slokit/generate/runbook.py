@@ -152,6 +152,16 @@ class Section:
     fires_when: str
     labels: tuple[tuple[str, str], ...]
     panel: Markup
+    guide: Guide
+
+
+@dataclass(frozen=True)
+class Guide:
+    """The ordered debugging steps for one scope (a class on a model, a model, or the whole service), written
+    once and linked from every alert of that scope: an on-call reads the alert's short section, then one guide."""
+
+    title: str
+    anchor: str
     steps: tuple[Step, ...]
 
 
@@ -185,6 +195,7 @@ class _Builder:
     spec: Spec
     built: dashboards.Built
     facts: dict[str, ModelFacts] = field(default_factory=dict)
+    guides: dict[tuple[str | None, str | None, tuple[str, ...]], Guide] = field(default_factory=dict)
 
     # -- selectors ------------------------------------------------------------------------------------------------
     @property
@@ -262,11 +273,21 @@ class _Builder:
         return list(self.spec.models)
 
     # -- the four steps -------------------------------------------------------------------------------------------
-    def steps(self, rule: AlertRule) -> tuple[Step, ...]:
+    def guide(self, rule: AlertRule) -> Guide:
+        """The debugging guide of an alert's scope (its class on its model, its model, or every model), built
+        once per scope."""
         models = self.models_of(rule)
         model = models[0] if len(models) == 1 else None
         name = model.name if model is not None else None
         rc = rule.request_class
+        key = (name, rc, tuple(m.name for m in models))
+        if key not in self.guides:
+            where = name if name is not None else ", ".join(m.name for m in models)
+            title = f"Debugging {rc} on {where}" if rc is not None else f"Debugging {where}"
+            self.guides[key] = Guide(title, heading_anchor(title), self.steps(models, name, rc))
+        return self.guides[key]
+
+    def steps(self, models: Sequence[Model], name: str | None, rc: str | None) -> tuple[Step, ...]:
         first = (self.api_server_step(name, rc),) if dashboards.has_frontend(self.spec) else ()
         return (
             *first,
@@ -622,13 +643,13 @@ class _Builder:
             title=rule.title,
             anchor=rule.anchor,
             severity=f"{severity} ({kind})" if severity else kind,
-            summary=rule.annotations.get("summary", ""),
-            description=rule.annotations.get("description", ""),
+            summary=for_humans(rule.annotations.get("summary", "")),
+            description=for_humans(rule.annotations.get("description", "")),
             meaning=self.meaning(rule),
             fires_when=fires,
             labels=labels,
             panel=panel,
-            steps=self.steps(rule),
+            guide=self.guide(rule),
         )
 
     def meaning(self, rule: AlertRule) -> tuple[str, ...]:
@@ -878,6 +899,17 @@ _USER_EFFECT: Final[Mapping[Sli | None, str]] = {
 }
 
 
+_TEMPLATE_VALUE: Final = re.compile(r"\{\{\s*\$value\b[^}]*\}\}")
+_TEMPLATE_LABEL: Final = re.compile(r"\{\{\s*\$labels\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def for_humans(annotation: str) -> str:
+    """An alert annotation as a person reads it in the runbook: Prometheus' template expressions become the
+    placeholders the notification fills in (`{{ $value | humanizePercentage }}` -> "(value)", `{{ $labels.x }}`
+    -> "(x)")."""
+    return _TEMPLATE_LABEL.sub(r"(\1)", _TEMPLATE_VALUE.sub("(value)", annotation))
+
+
 def _who(rule: AlertRule) -> str:
     if rule.request_class is not None and rule.model is not None:
         return f"Requests of class {rule.request_class} on {rule.model}"
@@ -924,7 +956,8 @@ def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
     built = dashboards.build(spec)
     builder = _Builder(spec, built)
     sections = [builder.section(rule) for rule in rules]
-    seen: dict[str, str] = {}
+    guides = list(builder.guides.values())
+    seen: dict[str, str] = {g.anchor: g.title for g in guides}
     for section in sections:
         if section.anchor in seen:
             raise ValueError(
@@ -946,6 +979,7 @@ def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
         source_is_vllm=spec.source is Source.VLLM,
         has_frontend=dashboards.has_frontend(spec),
         sections=sections,
+        guides=guides,
         tuning=builder.tuning(),
         dashboards=board_links,
         link=link,
