@@ -325,7 +325,13 @@ def load_remote(url: str, start: float, end: float, spec: Spec, server: LocalPro
 # ==============================================================================================================
 def rule_levels(spec: Spec) -> list[list[tuple[str, RecordingRule]]]:
     """Recording rules by dependency depth (rules reading only raw series: 0), with their group names."""
-    rules = [(g.name, r) for g in rule_groups(spec) for r in g.rules if isinstance(r, RecordingRule)]
+    return dependency_levels([(g.name, r) for g in rule_groups(spec) for r in g.rules if isinstance(r, RecordingRule)])
+
+
+def dependency_levels(rules: Sequence[tuple[str, RecordingRule]]) -> list[list[tuple[str, RecordingRule]]]:
+    """(group name, rule) pairs by dependency depth: a rule reading only series no rule records is at 0, any other
+    one level above the deepest record it reads. `promtool tsdb create-blocks-from rules` evaluates one level per
+    run (a rule sees only what the server already stores)."""
     names = {r.record for _, r in rules}
     patterns = {n: re.compile(r"(?<![\w:])" + re.escape(n) + r"(?![\w:])") for n in names}
     exprs: dict[str, list[str]] = {}
