@@ -65,6 +65,7 @@ M: Final = schema.SLOKIT_METRICS
 ERROR_STAGES: Final = ("record", "finished", "track", "hook", "collect", "frontend")
 # vLLM finish reasons that, before the first token, make a request a failure (reason label on the failed counter).
 _FAILED_FINISH: Final = {"abort": schema.FailReason.ABORT.value, "error": schema.FailReason.ERROR.value}
+_FRONTEND_REASONS: Final = (schema.FailReason.CLIENT_GONE, schema.FailReason.ERROR, schema.FailReason.REJECTED)
 SWEEP_INTERVAL_S: Final = 2.0  # how often requests that vanished without finishing (aborts) are dropped
 FLUSH_INTERVAL_S: Final = 1.0  # several API servers: how often values are copied to the multiprocess files
 
@@ -142,7 +143,12 @@ class _Engine:
         self.prompt = [fam["prompt_tokens"].child(model, label, c) for c in names]
         self.gen = [fam["generation_tokens"].child(model, label, c) for c in names]
         self.finished: dict[tuple[int, int], list[float]] = {}
-        self.failed: dict[tuple[int, str], list[float]] = {}  # (class, reason) -> ended before its first token
+        # (class, reason) -> ended before its first token; created at zero (dashboards and rules read 0, not nothing)
+        self.failed: dict[tuple[int, str], list[float]] = {
+            (i, r): fam["failed"].child(model, label, c, r)
+            for i, c in enumerate(names)
+            for r in _FAILED_FINISH.values()
+        }
         self.running = fam["running"].child(model, label)
         self.waiting = fam["waiting"].child(model, label)
         self.kv = fam["kv"].child(model, label)
@@ -200,6 +206,8 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         self._engines: dict[int, _Engine] = {i: _Engine(self, i) for i in self.engine_indexes}
         self._reason_names: dict[int, str] = {}
         self._rejected: dict[tuple[int, str], list[float]] = {}  # failed cells of refused requests (no engine)
+        for cls in range(len(self.classes.names)):
+            self._fail(None, cls, schema.FailReason.REJECTED.value, 0)
         hooks = _install_hooks(self)
         self.tracking = hooks.get("add_request", False)
         self._info.child(
@@ -469,7 +477,7 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             )
         cell[0] += 1
 
-    def _fail(self, engine: _Engine | None, cls: int, reason: str) -> None:
+    def _fail(self, engine: _Engine | None, cls: int, reason: str, count: int = 1) -> None:
         """Count one request of class `cls` that ended before its first token (engine None: no engine saw it)."""
         key = (cls, reason)
         cells = engine.failed if engine is not None else self._rejected
@@ -477,7 +485,7 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         if cell is None:
             label = engine.label if engine is not None else ""
             cell = cells[key] = self.families["failed"].child(self.model, label, self.classes.names[cls], reason)
-        cell[0] += 1
+        cell[0] += count
 
     def _forget(self, tracked: _Tracked, engine: _Engine) -> None:
         """Drop a request from the live sets (finished or vanished), fixing the per-class gauges."""
@@ -616,7 +624,12 @@ class _Frontend:
         )
         names = logger.classes.names
         self._model, self._names = logger.model, names
-        self._failed: dict[tuple[int, str, bool], list[float]] = {}
+        self._failed: dict[tuple[int, str, bool], list[float]] = {
+            (i, r.value, stream): self._family.child(logger.model, c, r.value, "true" if stream else "false")
+            for i, c in enumerate(names)
+            for r in _FRONTEND_REASONS
+            for stream in (True, False)
+        }  # created at zero: dashboards and rules read 0, not nothing
         self.ttft = [ttft.child(logger.model, c) for c in names]
         self.e2e = [e2e.child(logger.model, c) for c in names]
 
