@@ -173,7 +173,9 @@ def test_admission_rejections_are_failures_of_their_class(vllm_config: Any) -> N
 ABANDONED = 6  # streamed chat requests abandoned while queued behind the blockers
 MIN_SEEN = 4  # at least this many must have had no first token when their client left (the queue makes it all)
 SCALE = 10  # the promtool input repeats the scraped growth this many times a minute
-BLOCKER_TOKENS = 440  # each blocker holds an engine slot for this many decode steps (a few seconds on 2 cores)
+BLOCKER_TOKENS = 480  # each blocker holds an engine slot for this many decode steps (the prompt is 5 tokens of 512)
+BLOCKERS = 3 * MAX_NUM_SEQS  # three rounds of blockers queued ahead of the chat requests (vLLM schedules FCFS), so
+# the chat requests wait for all of them even when the engine decodes fast
 
 
 def _completion(server: VllmServer, header: str, max_tokens: int, stream: bool) -> bytes:
@@ -222,15 +224,19 @@ def test_clients_gone_before_the_first_token_are_bad_ttft_events_of_their_class(
     ttft_frontend, ttft_engine = M.frontend_latency[Sli.TTFT], M.latency[Sli.TTFT]
     before = scrape(vllm_server)
     done: list[int] = []
-    blockers = [threading.Thread(target=_blocker, args=(vllm_server, done)) for _ in range(MAX_NUM_SEQS)]
+    blockers = [threading.Thread(target=_blocker, args=(vllm_server, done)) for _ in range(BLOCKERS)]
     for thread in blockers:
         thread.start()
     sockets: list[socket.socket] = []
+
+    def admitted(s: Samples) -> float:
+        batch = {"class": "batch"}
+        return (total(s, schema.SLOKIT_CLASS_REQUESTS_RUNNING, **batch)
+                + total(s, schema.SLOKIT_CLASS_REQUESTS_WAITING, **batch) + len(done))  # fmt: skip
+
     try:
-        # Every engine slot busy decoding, then the chat requests queue behind them (admitted, no first token).
-        running = _wait(vllm_server, lambda s: total(s, schema.SLOKIT_CLASS_REQUESTS_RUNNING, **{"class": "batch"})
-                        >= MAX_NUM_SEQS, 30)  # fmt: skip
-        assert total(running, schema.SLOKIT_CLASS_REQUESTS_RUNNING, **{"class": "batch"}) >= MAX_NUM_SEQS
+        # Every engine slot busy and more blockers queued, then the chat requests queue behind them.
+        assert admitted(_wait(vllm_server, lambda s: admitted(s) >= BLOCKERS, 30)) >= BLOCKERS
         for _ in range(ABANDONED):
             sock = socket.create_connection(("127.0.0.1", vllm_server.port), timeout=30)
             sock.sendall(_completion(vllm_server, "chat", 8, stream=True))
@@ -254,7 +260,7 @@ def test_clients_gone_before_the_first_token_are_bad_ttft_events_of_their_class(
             sock.close()
         for thread in blockers:
             thread.join(timeout=300)
-    assert done == [200] * MAX_NUM_SEQS
+    assert done == [200] * BLOCKERS
 
     def grew(name: str, **labels: str) -> float:
         return _chat(after, name, **labels) - _chat(before, name, **labels)
