@@ -57,6 +57,25 @@ class MeasuredAt(StrEnum):
 
 # SLIs the frontend can measure (the ASGI layer sees the first content byte and the last byte, not tokens).
 FRONTEND_SLIS: Final = frozenset({Sli.TTFT, Sli.E2E})
+# SLIs a request that ends before its first token is a bad event of (it has no ITL or TPOT to be slow at).
+FAILED_SLIS: Final = frozenset({Sli.TTFT, Sli.E2E})
+
+
+class FailReason(StrEnum):
+    """Why a request ended before its first token (`reason` on the failure counters): a small fixed set.
+
+    A client's own timeout is a disconnect (client_gone at the frontend, abort at the engine); vLLM has no
+    server-side request timeout.
+    """
+
+    CLIENT_GONE = "client_gone"  # frontend: the client disconnected before the first content byte
+    ABORT = "abort"  # engine: aborted (the client went away, or vLLM aborted it) before its first token
+    ERROR = "error"  # an error response, an error event in the stream, an engine error (vLLM finish reason error)
+    REJECTED = "rejected"  # vLLM's admission control refused it (--max-num-queued-reqs / --max-num-queued-tokens)
+
+
+FAIL_REASON_LABEL: Final = "reason"
+FRONTEND_STREAM_LABEL: Final = "stream"  # "true": a streamed request (the only kind the frontend's TTFT observes)
 
 SLI_TITLES: Final = MappingProxyType(
     {
@@ -173,12 +192,27 @@ class SourceMetrics:
     # Histograms measured at the API server's ASGI layer (labels model, class; no engine: the frontend does not
     # know which data-parallel engine served a request). Empty: the source has none.
     frontend_latency: MappingProxyType[Sli, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Counters of requests that ended before their first token (label `reason`), so in no latency histogram: the
+    # rules add them to the total (never to the good) events of the TTFT and E2E SLIs. `failed` is the engine's
+    # (labels model, engine where the source has one, class where it has one); `frontend_failed` the frontend's
+    # (labels model, class, reason, stream). None: the source exports none.
+    failed: str | None = None
+    frontend_failed: str | None = None
 
     def latency_metric(self, sli: Sli, measured_at: MeasuredAt) -> str:
         """The histogram an SLI is read from, where it is measured."""
         if measured_at is MeasuredAt.FRONTEND and sli in self.frontend_latency:
             return self.frontend_latency[sli]
         return self.latency[sli]
+
+    def failed_metric(self, sli: Sli, measured_at: MeasuredAt) -> str | None:
+        """The counter of requests that failed before their first token, for an SLI read where it is measured
+        (the same side as its histogram, so no request is counted twice); None: none for this SLI."""
+        if sli not in FAILED_SLIS:
+            return None
+        if measured_at is MeasuredAt.FRONTEND and sli in self.frontend_latency:
+            return self.frontend_failed
+        return self.failed
 
 
 VLLM_METRICS: Final = SourceMetrics(
@@ -206,6 +240,11 @@ VLLM_METRICS: Final = SourceMetrics(
     prefix_cache_queries="vllm:prefix_cache_queries_total",
     prefix_cache_hits="vllm:prefix_cache_hits_total",
     prompt_tokens_histogram="vllm:request_prompt_tokens",
+    # vLLM counts requests its admission control refused (labels model_name, reason; no engine): they never reach
+    # the engine, so they are in no histogram and never had a first token. Requests the client aborted are counted
+    # nowhere by vLLM (no finish record), and `request_success_total{finished_reason="error"}` cannot tell errors
+    # before the first token from later ones, and those requests are in the E2E histogram already: see docs/rules.md.
+    failed="vllm:admission_rejections_total",
 )
 
 # SGLang's own metrics (python/sglang/srt/metrics/collector.py, TokenizerMetricsCollector and
@@ -351,6 +390,8 @@ SLOKIT_METRICS: Final = SourceMetrics(
             Sli.E2E: "slokit_frontend_e2e_request_latency_seconds",
         }
     ),
+    failed="slokit_requests_failed_total",
+    frontend_failed="slokit_frontend_requests_failed_total",
 )
 
 # Exporter self-metrics and the info metric (slokit source only).

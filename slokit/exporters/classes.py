@@ -192,19 +192,27 @@ class FrontendRequest:
 
     The engine's clocks start when the engine receives a request; time an overloaded API server holds it (HTTP
     parsing, tokenisation, a starved event loop) is invisible to them but not to users. `cls` is set by the
-    exporter when the engine admits the request, so only inference requests (never /metrics or /health) are
-    observed, under the class the engine-side series use.
+    exporter when the engine admits the request (or vLLM's admission control refuses it), so only inference
+    requests (never /metrics or /health) are observed, under the class the engine-side series use.
     """
 
-    __slots__ = ("arrival", "cls", "first", "last", "status", "streaming")
+    __slots__ = (
+        "arrival", "body", "cls", "disconnected", "errored", "first", "last", "rejected", "status", "stream",
+        "streaming",
+    )  # fmt: skip
 
     def __init__(self, arrival: float) -> None:
         self.arrival = arrival
         self.cls: int | None = None  # class index, once the engine admitted the request
         self.status = 0
         self.streaming = False  # text/event-stream: TTFT is the first event that carries content
+        self.stream: bool | None = None  # the request asked for a stream (from the engine request; None: unknown)
         self.first = 0.0  # stamp of the first content byte handed to the server (0: none yet)
         self.last = 0.0  # stamp of the final body message (0: the response did not finish)
+        self.disconnected = False  # the client went away before the response finished
+        self.errored = False  # an error event in the stream before any content
+        self.rejected = False  # vLLM's admission control refused the request
+        self.body: list[bytes] = []  # the request body's chunks (references, no copy) until the request ends
 
     def on_start(self, message: MutableMapping[str, Any]) -> None:
         """`http.response.start`: the status and whether the body is an event stream."""
@@ -218,10 +226,37 @@ class FrontendRequest:
         """`http.response.body` sent at `stamp`: the first content byte and the end of the response."""
         if self.first == 0.0:
             body = message.get("body") or b""
-            if body and (not self.streaming or sse_has_content(bytes(body))):
-                self.first = stamp
+            if body:
+                if not self.streaming or sse_has_content(bytes(body)):
+                    self.first = stamp
+                elif not self.errored and sse_has_error(bytes(body)):
+                    self.errored = True
         if not message.get("more_body", False):
             self.last = stamp
+
+    def on_receive(self, message: MutableMapping[str, Any]) -> None:
+        """A message the app received: the request body's chunks, and the client's disconnect."""
+        kind = message.get("type")
+        if kind == "http.request":
+            chunk = message.get("body")
+            if chunk:
+                self.body.append(chunk)
+        elif kind == "http.disconnect" and self.last == 0.0:
+            self.disconnected = True
+
+    def request_fields(self) -> tuple[bool | None, int | None]:
+        """`stream` and `priority` of the JSON request body (None where absent or unreadable)."""
+        try:
+            data = json.loads(b"".join(self.body))
+        except (ValueError, TypeError):
+            return None, None
+        if not isinstance(data, dict):
+            return None, None
+        stream, priority = data.get("stream"), data.get("priority")
+        return (
+            stream if isinstance(stream, bool) else None,
+            priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
+        )
 
     def ttft(self) -> float | None:
         """Arrival to the first content byte of a successful stream (None: not a stream, failed or no content)."""
@@ -231,14 +266,51 @@ class FrontendRequest:
 
     def e2e(self) -> float | None:
         """Arrival to the last byte of a successful response (None: failed or did not finish)."""
-        if self.last == 0.0 or not 0 < self.status < 400:
+        if self.last == 0.0 or not 0 < self.status < 400 or self.errored:
             return None
         return self.last - self.arrival
+
+    def failure(self) -> schema.FailReason | None:
+        """Why the request ended before its first content byte, or None (it got one, or a complete empty answer).
+
+        rejected: vLLM's admission control; error: an error status, an error event before any content, or a
+        response that stopped without the client leaving; client_gone: the client disconnected first.
+        """
+        if self.rejected:
+            return schema.FailReason.REJECTED
+        if self.status >= 400:
+            return schema.FailReason.ERROR
+        if self.first != 0.0:
+            return None
+        if self.last != 0.0 and not self.errored:
+            return None  # a complete, successful response without content (e.g. an immediate stop)
+        if self.errored:
+            return schema.FailReason.ERROR
+        return schema.FailReason.CLIENT_GONE if self.disconnected else schema.FailReason.ERROR
+
+    def streamed(self) -> bool:
+        """Whether the request was a stream: as the engine request said, else as the response's content type."""
+        return self.stream if self.stream is not None else self.streaming
 
 
 FRONTEND_REQUEST_VAR: contextvars.ContextVar[FrontendRequest | None] = contextvars.ContextVar(
     "slokit_frontend_request", default=None
 )
+
+
+def sse_has_error(body: bytes) -> bool:
+    """Whether a piece of an OpenAI-style event stream carries an error event (`data: {"error": ...}`), which
+    vLLM sends with status 200 when a stream fails after its response started."""
+    for line in body.split(b"\n"):
+        if not line.startswith(b"data:") or b"error" not in line:
+            continue
+        try:
+            obj = json.loads(line[5:].strip())
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
+            return True
+    return False
 
 
 def sse_has_content(body: bytes) -> bool:

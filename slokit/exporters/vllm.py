@@ -63,6 +63,9 @@ __all__ = ["SlokitStatLogger"]
 _log = logging.getLogger("slokit.exporter")
 M: Final = schema.SLOKIT_METRICS
 ERROR_STAGES: Final = ("record", "finished", "track", "hook", "collect", "frontend")
+# vLLM finish reasons that, before the first token, make a request a failure (reason label on the failed counter).
+_FAILED_FINISH: Final = {"abort": schema.FailReason.ABORT.value, "error": schema.FailReason.ERROR.value}
+_FRONTEND_REASONS: Final = (schema.FailReason.CLIENT_GONE, schema.FailReason.ERROR, schema.FailReason.REJECTED)
 SWEEP_INTERVAL_S: Final = 2.0  # how often requests that vanished without finishing (aborts) are dropped
 FLUSH_INTERVAL_S: Final = 1.0  # several API servers: how often values are copied to the multiprocess files
 
@@ -121,7 +124,7 @@ class _Engine:
     """Pre-built metric children for one engine (DP rank), indexed by class index."""
 
     __slots__ = (
-        "decoding", "duration", "e2e", "finished", "gen", "hits", "itl", "kv", "label", "preempt", "prompt",
+        "decoding", "duration", "e2e", "failed", "finished", "gen", "hits", "itl", "kv", "label", "preempt", "prompt",
         "prompt_len", "queries", "queue", "running", "tpot", "ttft", "waiting",
     )  # fmt: skip
 
@@ -140,6 +143,12 @@ class _Engine:
         self.prompt = [fam["prompt_tokens"].child(model, label, c) for c in names]
         self.gen = [fam["generation_tokens"].child(model, label, c) for c in names]
         self.finished: dict[tuple[int, int], list[float]] = {}
+        # (class, reason) -> ended before its first token; created at zero (dashboards and rules read 0, not nothing)
+        self.failed: dict[tuple[int, str], list[float]] = {
+            (i, r): fam["failed"].child(model, label, c, r)
+            for i, c in enumerate(names)
+            for r in _FAILED_FINISH.values()
+        }
         self.running = fam["running"].child(model, label)
         self.waiting = fam["waiting"].child(model, label)
         self.kv = fam["kv"].child(model, label)
@@ -196,6 +205,9 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         self._next_sweep = 0.0
         self._engines: dict[int, _Engine] = {i: _Engine(self, i) for i in self.engine_indexes}
         self._reason_names: dict[int, str] = {}
+        self._rejected: dict[tuple[int, str], list[float]] = {}  # failed cells of refused requests (no engine)
+        for cls in range(len(self.classes.names)):
+            self._fail(None, cls, schema.FailReason.REJECTED.value, 0)
         hooks = _install_hooks(self)
         self.tracking = hooks.get("add_request", False)
         self._info.child(
@@ -252,6 +264,11 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         )  # fmt: skip
         f["finished"] = store.counter(
             M.requests_finished, "Finished requests by class and finish reason.", (*mec, M.finish_reason_label)
+        )
+        f["failed"] = store.counter(
+            _declared(M.failed),
+            "Requests that ended before their first token (in no latency histogram), by class and reason.",
+            (*mec, schema.FAIL_REASON_LABEL),
         )
         f["prompt_tokens"] = store.counter(M.prompt_tokens, "Prompt tokens prefilled, by class.", mec)
         f["generation_tokens"] = store.counter(M.generation_tokens, "Generated tokens, by class.", mec)
@@ -441,7 +458,12 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             self._forget(tracked, engine)
             if tracked.drill:
                 raise _DrillFault(f"chaos drill: {schema.CLASS_HEADER}={self.classes.drill_header}")
-        engine.e2e[cls].observe(request.e2e_latency)
+        name = self._reason(request.finish_reason)
+        if request.num_generation_tokens == 0 and name in _FAILED_FINISH:
+            # Aborted or failed before its first token: a failure, not an end-to-end latency (it never answered).
+            self._fail(engine, cls, _FAILED_FINISH[name])
+        else:
+            engine.e2e[cls].observe(request.e2e_latency)
         engine.queue[cls].observe(request.queued_time)
         engine.prompt_len[cls].observe(request.num_prompt_tokens)
         if request.num_generation_tokens > 1:
@@ -451,9 +473,19 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         cell = engine.finished.get(key)
         if cell is None:
             cell = engine.finished[key] = self.families["finished"].child(
-                self.model, engine.label, self.classes.names[cls], self._reason(request.finish_reason)
+                self.model, engine.label, self.classes.names[cls], name
             )
         cell[0] += 1
+
+    def _fail(self, engine: _Engine | None, cls: int, reason: str, count: int = 1) -> None:
+        """Count one request of class `cls` that ended before its first token (engine None: no engine saw it)."""
+        key = (cls, reason)
+        cells = engine.failed if engine is not None else self._rejected
+        cell = cells.get(key)
+        if cell is None:
+            label = engine.label if engine is not None else ""
+            cell = cells[key] = self.families["failed"].child(self.model, label, self.classes.names[cls], reason)
+        cell[0] += count
 
     def _forget(self, tracked: _Tracked, engine: _Engine) -> None:
         """Drop a request from the live sets (finished or vanished), fixing the per-class gauges."""
@@ -478,7 +510,8 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         return name
 
     def _sweep(self) -> None:
-        """Requests vLLM dropped without a finished record (client aborts): count them as `abort`, forget them."""
+        """Requests vLLM dropped without a finished record (client aborts): count them as `abort` (and those without a
+        first token as failed, reason abort), forget them."""
         gone = [t for t in self._pending.values() if t.internal_id not in t.processor.request_states]
         for engine in self._engines.values():
             gone.extend(t for t in engine.decoding.values() if t.internal_id not in t.processor.request_states)
@@ -489,7 +522,10 @@ class SlokitStatLogger(AggregateStatLoggerBase):
                 if not entries:
                     del self._by_external[tracked.external_id]
             engine = tracked.engine or self._engine(self.engine_indexes[0])
+            before_first = tracked.engine is None and tracked.stats.first_token_latency <= 0.0
             self._forget(tracked, engine)
+            if before_first:
+                self._fail(engine, tracked.cls, schema.FailReason.ABORT.value)
             key = (tracked.cls, -1)
             cell = engine.finished.get(key)
             if cell is None:
@@ -522,8 +558,28 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             frontend = FRONTEND_REQUEST_VAR.get()
             if frontend is not None:
                 frontend.cls = cls
+                params = getattr(request, "sampling_params", None)
+                kind = getattr(params, "output_kind", None)
+                frontend.stream = kind is not None and getattr(kind, "name", "") == "DELTA"
+                frontend.body.clear()  # admitted: its fields are known, the body is not needed
             self._by_external.setdefault(external_id, []).append(tracked)
             self._class_waiting[cls][0] += 1
+        except Exception:
+            self._errors["track"][0] += 1
+
+    def record_admission_rejection(self, reason: str) -> None:
+        """vLLM's admission control refused a request (queue limits): a failure before its first token.
+
+        Called in the request's own task, so the class header is visible; the priority comes from the request
+        body, the prompt length is not known yet (prompt-length class rules cannot match). No engine saw it.
+        """
+        try:
+            frontend = FRONTEND_REQUEST_VAR.get()
+            stream, priority = frontend.request_fields() if frontend is not None else (None, None)
+            cls = self.classes.classify(CLASS_HEADER_VAR.get(), priority, None)
+            self._fail(None, cls, schema.FailReason.REJECTED.value)
+            if frontend is not None and frontend.cls is None:
+                frontend.cls, frontend.stream, frontend.rejected = cls, stream, True
         except Exception:
             self._errors["track"][0] += 1
 
@@ -545,7 +601,7 @@ class _Frontend:
     is the dashboards' and runbook's "API server saturation" step.
     """
 
-    __slots__ = ("e2e", "ttft")
+    __slots__ = ("_failed", "_family", "_model", "_names", "e2e", "ttft")
 
     def __init__(self, logger: SlokitStatLogger, buckets: dict[Sli, tuple[float, ...]]) -> None:
         labels = (M.model_label, "class")
@@ -560,7 +616,20 @@ class _Frontend:
             "Time from the HTTP request's arrival at the API server to the response's last byte, per class.",
             labels, buckets[Sli.E2E],
         )  # fmt: skip
+        self._family = store.counter(
+            _declared(M.frontend_failed),
+            "Requests the engine admitted (or refused) that ended before their first content byte, per class, "
+            "reason and whether they asked for a stream (only streams are TTFT events at the frontend).",
+            (*labels, schema.FAIL_REASON_LABEL, schema.FRONTEND_STREAM_LABEL),
+        )
         names = logger.classes.names
+        self._model, self._names = logger.model, names
+        self._failed: dict[tuple[int, str, bool], list[float]] = {
+            (i, r.value, stream): self._family.child(logger.model, c, r.value, "true" if stream else "false")
+            for i, c in enumerate(names)
+            for r in _FRONTEND_REASONS
+            for stream in (True, False)
+        }  # created at zero: dashboards and rules read 0, not nothing
         self.ttft = [ttft.child(logger.model, c) for c in names]
         self.e2e = [e2e.child(logger.model, c) for c in names]
 
@@ -568,6 +637,16 @@ class _Frontend:
         """One finished HTTP request the engine admitted (`request.cls` set by `track`)."""
         cls = request.cls
         if cls is None:
+            return
+        reason = request.failure()
+        if reason is not None:
+            key = (cls, reason.value, request.streamed())
+            cell = self._failed.get(key)
+            if cell is None:
+                cell = self._failed[key] = self._family.child(
+                    self._model, self._names[cls], reason.value, "true" if key[2] else "false"
+                )
+            cell[0] += 1
             return
         ttft = request.ttft()
         if ttft is not None:
@@ -583,8 +662,22 @@ async def _timed_app(original: Any, app: Any, scope: Any, receive: Any, send: An
     request = FrontendRequest(arrival if isinstance(arrival, float) else perf_counter())
     token = FRONTEND_REQUEST_VAR.set(request)
 
+    async def timed_receive() -> Any:
+        message = await receive()
+        try:
+            request.on_receive(message)
+        except Exception:
+            active = _ACTIVE
+            if active is not None:
+                active.count_error("frontend")
+        return message
+
     async def timed_send(message: Any) -> None:
-        await send(message)  # stamp after the server took the bytes: as close to the client as the app gets
+        try:
+            await send(message)  # stamp after the server took the bytes: as close to the client as the app gets
+        except OSError:  # ASGI 2.4 servers raise when the client has gone
+            request.disconnected = True
+            raise
         try:
             kind = message.get("type")
             if kind == "http.response.body":
@@ -597,7 +690,7 @@ async def _timed_app(original: Any, app: Any, scope: Any, receive: Any, send: An
                 active.count_error("frontend")
 
     try:
-        await original(app, scope, receive, timed_send)
+        await original(app, scope, timed_receive, timed_send)
     finally:
         FRONTEND_REQUEST_VAR.reset(token)
         active = _ACTIVE

@@ -1104,8 +1104,42 @@ def _latency(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef
             8,
             key=("ttft_per_token",),
         )
+    _failed_requests_row(spec, board, q)
     data = _dashboard(spec, board, f"Latency of {spec.service} by model, class and engine, with the SLO tiers.")
     return data, board.refs
+
+
+def _failed_requests_row(spec: Spec, board: _Board, q: _Q) -> None:
+    """Requests that ended before their first token, by reason: bad TTFT and E2E events in no latency histogram."""
+    m = spec.metrics
+    sides = [(side, metric) for side, metric in (("frontend", m.frontend_failed), ("engine", m.failed)) if metric]
+    if not sides:
+        return
+    group = [q.model, *([m.class_label] if m.class_label else []), schema.FAIL_REASON_LABEL]
+    queries = [
+        (f"sum by ({', '.join(group)}) ({_rate(metric, q.raw(with_engine=False))})", f"{side} " + _legend(*group))
+        for side, metric in sides
+    ]
+    board.row("Requests failed before their first token")
+    board.add(
+        _timeseries(
+            "Failed before the first token, by reason",
+            "Requests per second that ended before their first token: the client gone (client_gone at the "
+            "frontend, abort at the engine), an error, or refused by vLLM's admission control (rejected). They "
+            "are in no latency histogram; the SLO rules count each as a bad TTFT and E2E event of its class, from "
+            "the side (frontend or engine) the SLO is measured at. A request shows on both sides."
+            if m.frontend_failed
+            else "Requests per second vLLM's admission control refused (--max-num-queued-reqs/-tokens): in no "
+            "latency histogram, counted by the SLO rules as bad TTFT and E2E events. vLLM counts client aborts "
+            "nowhere (see docs/rules.md).",
+            queries,
+            "reqps",
+            minimum=0,
+        ),
+        24,
+        7,
+        key=("failed",),
+    )
 
 
 # ==============================================================================================================

@@ -24,7 +24,7 @@ from typing import Any, Final
 from slokit import schema
 from slokit.generate import alerts as alerts_mod
 from slokit.generate.model import AlertKind, AlertRule
-from slokit.generate.rules import rule_groups, rules_path
+from slokit.generate.rules import failure_terms, rule_groups, rules_path
 from slokit.promql import number, selector
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
@@ -614,6 +614,62 @@ def _restart_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str
     return [{"name": name, "interval": "1m", "input_series": inputs, "alert_rule_test": checks}]
 
 
+def _failure_series(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> tuple[str, dict[str, str]] | None:
+    """The failure counter one SLO reads and the labels of one replica's series of it (None: it reads none)."""
+    slo = rc.slos[sli]
+    metrics = spec.metrics
+    metric = None if slo.metric is not None else metrics.failed_metric(sli, slo.measured_at)
+    if metric is None:
+        return None
+    labels = _raw_labels(spec, model, rc)
+    labels[schema.FAIL_REASON_LABEL] = "max_num_queued_reqs" if metrics.source is schema.Source.VLLM else "abort"
+    if metric == metrics.frontend_failed:
+        labels[schema.FAIL_REASON_LABEL] = schema.FailReason.CLIENT_GONE.value
+        labels[schema.FRONTEND_STREAM_LABEL] = "true"
+    return metric, labels
+
+
+def _failure_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Every request fails before its first token (no latency observation, no histogram series at all): the
+    failures are the SLIs' total events, the 5m error ratio is 1 and the burn-rate alerts of TTFT and E2E fire."""
+    slos = [
+        (rc, sli, slo, model)
+        for rc in spec.classes
+        for sli, slo in rc.slos.items()
+        for model in rc.models
+        if slo.objective is not None and failure_terms(spec, rc, sli, str)
+    ]
+    burn = [r for r in all_rules if r.kind is AlertKind.BURN_RATE]
+    firing = [r for r in burn if any(r.model == m and r.request_class == rc.name and r.sli is sli
+                                     for rc, sli, _, m in slos)]  # fmt: skip
+    if not firing:
+        return []
+    minutes = max(_minutes_for(firing), 12)  # the 5m checks at 10m read a full window
+    inputs: dict[str, dict[str, str]] = {}
+    values: dict[int, tuple[float, dict[str, str]]] = {}
+    exprs = []
+    for rc, sli, slo, model in slos:
+        assert slo.objective is not None
+        found = _failure_series(spec, model, rc, sli)
+        assert found is not None
+        metric, labels = found
+        series = selector(metric, [(k, "=", v) for k, v in labels.items()])
+        inputs[series] = {"series": series, "values": _series_values(RPM, minutes)}
+        slo_labels = _slo_series_labels(spec, model, rc, sli)
+        for rule in firing:
+            if rule.model == model and rule.request_class == rc.name and rule.sli is sli:
+                values[id(rule)] = (1.0 / (1.0 - slo.objective.target_ratio), slo_labels)
+        matchers = sorted((k, "=", v) for k, v in slo_labels.items())
+        for record, value in ((schema.record_sli_total("5m"), 5 * RPM), (schema.record_error_ratio("5m"), 1)):
+            exprs.append({"expr": selector(record, matchers), "eval_time": "10m",
+                          "exp_samples": [{"labels": selector(record, matchers), "value": value}]})  # fmt: skip
+    return [
+        {"name": "every request fails before its first token (no latency observed): TTFT and E2E burn-rate alerts "
+                 "fire on the failures alone", "interval": "1m", "input_series": list(inputs.values()),
+         "alert_rule_test": _checks(burn, firing, lambda r: values[id(r)]), "promql_expr_test": exprs},
+    ]  # fmt: skip
+
+
 def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Exporter gone: a model that served traffic loses every series and pages; one that never had traffic not."""
     rules = [r for r in all_rules if r.kind is AlertKind.EXPORTER_GONE]
@@ -666,6 +722,7 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
         tests = [
             *_slo_groups(spec, all_rules), *_restart_groups(spec, all_rules), *_engine_groups(spec, all_rules),
             *_absent_groups(spec, all_rules), *_exporter_gone_groups(spec, all_rules),
+            *_failure_groups(spec, all_rules),
         ]  # fmt: skip
     finally:
         _STEP.reset(token)

@@ -392,17 +392,57 @@ def _objective_rules(spec: Spec) -> list[RecordingRule]:
     return rules
 
 
+# ==============================================================================================================
+# Requests that ended before their first token: in no latency histogram, so added to the total events (never the
+# good ones) of their class's TTFT and E2E SLIs, from the failure counter on the side the SLO's histogram is measured
+# at (frontend or engine), so no request is counted twice. A missing counter leaves the total as it was.
+# ==============================================================================================================
+def failure_terms(spec: Spec, rc: RequestClass, sli: Sli, delta: Callable[[str], str]) -> list[str]:
+    """`delta(raw)` summed per model and class (slo written on) over the failure counter one SLO reads; empty when
+    the SLO reads a histogram of its own (`metric:`) or the source counts no failures for this SLI."""
+    slo = rc.slos[sli]
+    metrics = spec.metrics
+    metric = None if slo.metric is not None else metrics.failed_metric(sli, slo.measured_at)
+    if metric is None:
+        return []
+    # Only streams are TTFT events at the frontend, so only their failures count against its TTFT.
+    stream = metric == metrics.frontend_failed and sli is Sli.TTFT
+    extra = [eq(schema.FRONTEND_STREAM_LABEL, "true")] if stream else []
+    group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if metrics.class_label else [])
+    return [
+        _with_slo(sli, _with_class(spec, rc, _aggregate(spec, "sum", delta(raw), group)))
+        for raw in _raws(spec, metric, rc.models, rc, extra)
+    ]
+
+
+def with_failures(events: Sequence[str], failures: Sequence[str]) -> str:
+    """Histogram events plus failures, present whenever either is (each side marked so `or` keeps both)."""
+    if not failures:
+        return _union(events)
+    sides = [
+        f'label_replace(\n{_union(terms)}\n, "{schema.RULE_LABEL_TILE}", "{mark}", "", "")'
+        for terms, mark in ((events, "events"), (failures, "failed"))
+        if terms
+    ]
+    return f"sum without ({schema.RULE_LABEL_TILE}) (\n" + "\nor\n".join(sides) + "\n)"
+
+
 def _base_window_rules(spec: Spec) -> list[RecordingRule]:
-    """5m total and good events per SLO: sums of reset-aware sample deltas of the raw threshold and +Inf buckets."""
+    """5m total and good events per SLO: sums of reset-aware sample deltas of the raw threshold and +Inf buckets,
+    and of the failure counter (total only)."""
     totals: list[str] = []
     goods: list[str] = []
     group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS]
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        for out, matcher in ((totals, INF_MATCHER), (goods, threshold_le(spec, rc, sli, objective.threshold))):
-            for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher]):
-                out.append(_with_slo(sli, _histogram_sum(spec, rc, sli, tile_delta(raw), group)))
+        events = [
+            _with_slo(sli, _histogram_sum(spec, rc, sli, tile_delta(raw), group))
+            for raw in _histogram_raws(spec, rc, sli, "_bucket", [INF_MATCHER])
+        ]
+        totals.append(with_failures(events, failure_terms(spec, rc, sli, tile_delta)))
+        for raw in _histogram_raws(spec, rc, sli, "_bucket", [threshold_le(spec, rc, sli, objective.threshold)]):
+            goods.append(_with_slo(sli, _histogram_sum(spec, rc, sli, tile_delta(raw), group)))
     labels = {schema.RULE_LABEL_SERVICE: spec.service}
     return [
         RecordingRule(schema.record_sli_total(w(BASE_WINDOW)), _union(totals), labels),
@@ -431,10 +471,14 @@ def _raw_window(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> Rec
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        matcher = INF_MATCHER if name is schema.record_sli_total else threshold_le(spec, rc, sli, objective.threshold)
-        window = prom_duration(plan.window)
-        for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher]):
-            terms.append(_with_slo(sli, _histogram_sum(spec, rc, sli, f"increase({raw}[{window}])", group)))
+        total = name is schema.record_sli_total
+        matcher = INF_MATCHER if total else threshold_le(spec, rc, sli, objective.threshold)
+        increase = _increase_over(prom_duration(plan.window))
+        events = [
+            _with_slo(sli, _histogram_sum(spec, rc, sli, increase(raw), group))
+            for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher])
+        ]
+        terms.append(with_failures(events, failure_terms(spec, rc, sli, increase) if total else []))
     return RecordingRule(name(w(plan.window)), _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})
 
 
@@ -447,10 +491,15 @@ def _vm_raw(name: Callable[[str], str], spec: Spec, window: float, only: tuple[s
             continue
         objective = rc.slos[sli].objective
         assert objective is not None
-        matcher = INF_MATCHER if name is schema.record_sli_total else threshold_le(spec, rc, sli, objective.threshold)
-        for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher]):
-            inner = f"increase({raw}[{prom_duration(window)}])"
-            terms.append(_with_slo(sli, _histogram_sum(spec, rc, sli, inner, group)))
+        total = name is schema.record_sli_total
+        matcher = INF_MATCHER if total else threshold_le(spec, rc, sli, objective.threshold)
+        increase = _increase_over(prom_duration(window))
+        events = [
+            _with_slo(sli, _histogram_sum(spec, rc, sli, increase(raw), group))
+            for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher])
+        ]
+        # Requests that failed before their first token are bad events in the total, as in the Prometheus rules.
+        terms.append(with_failures(events, failure_terms(spec, rc, sli, increase) if total else []))
     service = promql.quote(spec.service)
     return f'label_replace(\n  {_union(terms)},\n  "{schema.RULE_LABEL_SERVICE}", {service}, "", ""\n)'
 
@@ -529,6 +578,10 @@ def _vm_budget_rule(spec: Spec, plans: dict[float, WindowPlan]) -> RecordingRule
     )
 
 
+def _increase_over(window: str) -> Callable[[str], str]:
+    return lambda raw: f"increase({raw}[{window}])"
+
+
 def _window_rules(spec: Spec, plan: WindowPlan) -> list[RecordingRule]:
     rules: list[RecordingRule] = []
     window = w(plan.window)
@@ -542,8 +595,9 @@ def _window_rules(spec: Spec, plan: WindowPlan) -> list[RecordingRule]:
         rules.append(_raw_window(schema.record_sli_good, spec, plan))
     total = selector(schema.record_sli_total(window), [_service(spec)])
     good = selector(schema.record_sli_good(window), [_service(spec)])
-    # 0 when the window saw no events; never NaN or +Inf, so nothing downstream is poisoned.
-    ratio = f"clamp_min({total} - {good}, 0) / ({total} > 0)\nor\n{total} * 0"
+    # 0 when the window saw no events; never NaN or +Inf, so nothing downstream is poisoned. No good events
+    # recorded (only failures, no histogram series): every event is bad.
+    ratio = f"clamp_min({total} - ({good} or {total} * 0), 0) / ({total} > 0)\nor\n{total} * 0"
     rules.append(RecordingRule(schema.record_error_ratio(window), ratio))
     objective = selector(schema.RECORD_OBJECTIVE, [_service(spec)])
     burn = (
