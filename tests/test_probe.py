@@ -328,3 +328,73 @@ def test_request_rate_above_the_slots_is_the_servers_service_rate(emulator: str)
     # The old window (first measured send to last measured success) on the same run:
     old = summary.succeeded / (max(r.t_done for r in run.measured) - min(r.t_send for r in run.measured))
     assert old / true_rate < 0.97, (old, true_rate)
+
+
+def test_server_bursts_are_blamed_on_the_server_in_every_output_mode(
+    emulator: str, spec_path: Path, tmp_path: Path
+) -> None:
+    """Tokens written four to a write arrive in one read while the client waits: the server's burst, not ours."""
+    _configure(emulator, {"burst": 4})
+    try:
+        runs = {}
+        for mode in ("json", "table"):
+            out = tmp_path / mode
+            argv = [
+                "probe", emulator, "--model", "emulator", "--spec", str(spec_path), "--class", "chat",
+                "-c", "2", "-n", "8", "--warmup", "2", "--output-tokens", "12", "-o", str(out),
+            ] + (["--json"] if mode == "json" else [])  # fmt: skip
+            runs[mode] = CliRunner().invoke(app, argv)
+            assert runs[mode].exit_code == 0, runs[mode].output
+    finally:
+        _configure(emulator, {"burst": 1})
+    doc = json.loads(runs["json"].stdout)
+    level = doc["levels"][0]
+    # 12 tokens in writes of 4: 9 of every 12 events share a read with the one before.
+    assert level["server_burst_share"] >= 0.6, level
+    assert level["client_coalesced_share"] <= 0.1, level
+    assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith("the server sent"), doc["warnings"]
+    assert json.loads((tmp_path / "json" / "probe.json").read_text())["warnings"] == doc["warnings"]
+    for mode in ("json", "table"):
+        assert "warning: the server sent" in runs[mode].stderr, runs[mode].stderr
+        assert "fell behind" not in runs[mode].stderr
+        assert json.loads((tmp_path / mode / "probe.json").read_text())["warnings"][0].startswith("the server")
+    assert "warning" not in runs["table"].stdout
+    import pandas as pd
+
+    frame = pd.read_csv(tmp_path / "json" / "requests.csv")
+    assert (frame.loc[~frame["warmup"], "server_burst_events"] >= 6).all()
+
+
+def test_a_client_that_falls_behind_is_blamed_on_the_client(emulator: str) -> None:
+    """The client's loop is blocked 20 ms at a time while tokens come every 4 ms: they wait in the socket."""
+    import time
+
+    from slokit.probe import summarize
+    from slokit.probe.report import level_warnings
+
+    async def slow_client() -> LevelRun:
+        done = False
+
+        async def hog() -> None:
+            for _ in range(5000):  # bounded; ends when the level does
+                if done:
+                    return
+                time.sleep(0.02)
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(hog())
+        try:
+            endpoint = Endpoint(emulator + "/v1/completions", "emulator", "completions", request_timeout=30.0)
+            limits = Limits(requests=6, duration=30.0, warmup=0, drain=10.0)
+            return await run_level(endpoint, _workload(output=20), Load.concurrency(2), limits)
+        finally:
+            done = True
+            await task
+
+    run = asyncio.run(slow_client())
+    summary = summarize(run.load, [run], None)
+    assert summary.succeeded == 6
+    assert summary.client_behind_share >= 0.3, (summary.coalesced_share, summary.server_burst_share)
+    assert summary.server_burst_share <= 0.05, (summary.coalesced_share, summary.server_burst_share)
+    warnings = level_warnings([summary])
+    assert len(warnings) == 1 and warnings[0].startswith("this client fell behind"), warnings

@@ -303,6 +303,8 @@ async def _run(
     )
     if not as_json:
         print_summary(levels, doc, criteria)
+    for warning in doc["warnings"]:  # on stderr in every mode; also in the JSON document and probe.json
+        typer.echo(f"warning: {warning}", err=True)
     if output is not None:
         try:
             paths = probe_results.write_outputs(output, doc, levels, criteria)

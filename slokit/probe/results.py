@@ -192,8 +192,14 @@ class LevelSummary:
     goodput: float
     metrics: dict[str, Distribution]
     checks: list[Check] = field(default_factory=list)
-    coalesced_share: float = 0.0  # content events read together with the previous one: the client fell behind
+    coalesced_share: float = 0.0  # content events read together with the previous one (either cause)
+    server_burst_share: float = 0.0  # ... of them, those the server sent together (the client was keeping up)
     rate_requests: int = 0  # measured successes that ended inside the rate window (what the rates count)
+
+    @property
+    def client_behind_share(self) -> float:
+        """Content events read together with the previous one because this client was busy."""
+        return max(0.0, self.coalesced_share - self.server_burst_share)
 
     @property
     def failed(self) -> int:
@@ -234,7 +240,9 @@ class LevelSummary:
             "output_tokens_per_s": _finite(self.output_tokens_per_s),
             "goodput_rps": _finite(self.goodput),
             "stopped_by": sorted({run.stopped_by for run in self.runs}),
-            "client_coalesced_share": round(self.coalesced_share, 6),
+            "coalesced_share": round(self.coalesced_share, 6),
+            "server_burst_share": round(self.server_burst_share, 6),
+            "client_coalesced_share": round(self.client_behind_share, 6),
             "latency": {name: dist.to_json() for name, dist in self.metrics.items()},
             "checks": [check.to_json() for check in self.checks],
             "passed": self.passed,
@@ -288,6 +296,7 @@ def summarize(load: Load, runs: Sequence[LevelRun], criteria: Criteria | None) -
     }
     events = sum(len(r.content_times) for r in ok)
     coalesced = sum(r.coalesced for r in ok) / events if events else 0.0
+    bursts = sum(min(r.server_bursts, r.coalesced) for r in ok) / events if events else 0.0
     goodput = math.nan
     checks: list[Check] = []
     if criteria is not None:
@@ -308,6 +317,7 @@ def summarize(load: Load, runs: Sequence[LevelRun], criteria: Criteria | None) -
         metrics=metrics,
         checks=checks,
         coalesced_share=coalesced,
+        server_burst_share=bursts,
         rate_requests=len(counted),
     )
 
@@ -430,6 +440,7 @@ def requests_frame(levels: Sequence[LevelSummary]) -> Any:
                         "tokens_source": r.tokens_source,
                         "content_events": len(r.content_times),
                         "coalesced_events": r.coalesced,
+                        "server_burst_events": r.server_bursts,
                         "finish_reason": r.finish_reason,
                         "detail": r.detail,
                     }
