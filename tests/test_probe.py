@@ -297,37 +297,35 @@ def test_should_stop_ends_dispatching_and_returns_what_ran(emulator: str, load: 
 
 
 def test_request_rate_above_the_slots_is_the_servers_service_rate(emulator: str) -> None:
-    """Twice as many users as slots: the queue never empties, so the server completes K requests per slot-hold.
+    """Twice as many users as slots: the rate must be what the server completed, warm-up's end to the last send.
 
-    The emulator's truth log says how long each request held its slot (admitted to finished); with every slot
-    always busy, its true service rate is K / mean hold. Both figures come from the same run, so a slow machine
-    changes them together. A window opening at the first measured send (while warm-up requests still held the
-    slots) read this about 10% low here.
+    Truth is the emulator's own log: every request it finished (warm-up ones too) between its own stamps of the
+    two completions that bound the probe's window, over that span of its clock. Both come from the same run, so
+    a slow machine moves them together. The old window (first measured send, while warm-up requests still held
+    the slots, to the last success) read this 3 to 6% low.
     """
     from slokit.probe import summarize
 
     users = 2 * K
-    path = "/v1/completions"
-    endpoint = Endpoint(emulator + path, "emulator", "completions", request_timeout=30.0)
+    endpoint = Endpoint(emulator + "/v1/completions", "emulator", "completions", request_timeout=30.0)
     limits = Limits(requests=30 * K, duration=60.0, warmup=users, drain=10.0)
     run = asyncio.run(run_level(endpoint, _workload(), Load.concurrency(users), limits))
     summary = summarize(run.load, [run], None)
     truth = _truth(emulator)
     assert summary.succeeded == 30 * K
-    start = max(r.t_done for r in run.records if r.warmup)
+    opened = max((r for r in run.records if r.warmup), key=lambda r: r.t_done)
     last_send = max(r.t_send for r in run.measured)
-    end = max(r.t_done for r in run.records if r.t_done <= last_send)
-    holds = [
-        truth[r.response_id]["finished"] - truth[r.response_id]["admitted"]
-        for r in run.measured
-        if start < r.t_done <= end
-    ]
-    assert len(holds) == summary.rate_requests >= 20 * K
-    true_rate = K / statistics.mean(holds)
-    assert abs(summary.request_rate / true_rate - 1) <= 0.01, (summary.request_rate, true_rate)
-    # The old window (first measured send to last measured success) on the same run:
+    closed = max((r for r in run.records if r.t_done <= last_send), key=lambda r: r.t_done)
+    start, end = truth[opened.response_id]["finished"], truth[closed.response_id]["finished"]
+    served = sum(1 for t in truth.values() if start < t["finished"] <= end)
+    assert served == summary.rate_requests >= 20 * K
+    server_rate = served / (end - start)
+    assert abs(summary.request_rate / server_rate - 1) <= 0.01, (summary.request_rate, server_rate)
+    # In steady state that is the slots' service rate: K / mean slot hold of the requests it counted.
+    holds = [t["finished"] - t["admitted"] for t in truth.values() if start < t["finished"] <= end]
+    assert abs(server_rate / (K / statistics.mean(holds)) - 1) <= 0.05
     old = summary.succeeded / (max(r.t_done for r in run.measured) - min(r.t_send for r in run.measured))
-    assert old / true_rate < 0.97, (old, true_rate)
+    assert old / server_rate < 0.99, (old, server_rate)
 
 
 def test_server_bursts_are_blamed_on_the_server_in_every_output_mode(
@@ -398,3 +396,19 @@ def test_a_client_that_falls_behind_is_blamed_on_the_client(emulator: str) -> No
     assert summary.server_burst_share <= 0.05, (summary.coalesced_share, summary.server_burst_share)
     warnings = level_warnings([summary])
     assert len(warnings) == 1 and warnings[0].startswith("this client fell behind"), warnings
+
+
+def test_help_groups_options_into_panels_readable_at_80_columns() -> None:
+    result = CliRunner().invoke(app, ["probe", "--help"], env={"COLUMNS": "80", "TERM": "dumb"})
+    assert result.exit_code == 0, result.output
+    text = result.output
+    for panel in ("Target", "SLO criteria", "Load", "Limits", "Workload", "Output"):
+        assert f"─ {panel} ─" in text, panel
+    flags = ("--model", "--api", "--spec", "--class", "--concurrency", "--rate", "--search", "--burstiness",
+             "--requests", "--duration", "--warmup", "--drain", "--request-timeout", "--prompt-tokens",
+             "--output-tokens", "--start", "--max", "--step", "--repeats", "--max-error-rate", "--from",
+             "--header", "--ignore-eos", "--seed", "--output", "--json")  # fmt: skip
+    for flag in flags:
+        assert flag in text, flag
+    assert len(text.splitlines()) <= 125
+    assert max(len(line) for line in text.splitlines()) <= 80
