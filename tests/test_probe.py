@@ -294,3 +294,121 @@ def test_should_stop_ends_dispatching_and_returns_what_ran(emulator: str, load: 
     assert run.stopped_by == "stopped"
     assert 5 <= len(run.measured) < 200
     assert all(r.ok for r in run.measured)
+
+
+def test_request_rate_above_the_slots_is_the_servers_service_rate(emulator: str) -> None:
+    """Twice as many users as slots: the rate must be what the server completed, warm-up's end to the last send.
+
+    Truth is the emulator's own log: every request it finished (warm-up ones too) between its own stamps of the
+    two completions that bound the probe's window, over that span of its clock. Both come from the same run, so
+    a slow machine moves them together. The old window (first measured send, while warm-up requests still held
+    the slots, to the last success) read this 3 to 6% low.
+    """
+    from slokit.probe import summarize
+
+    users = 2 * K
+    endpoint = Endpoint(emulator + "/v1/completions", "emulator", "completions", request_timeout=30.0)
+    limits = Limits(requests=30 * K, duration=60.0, warmup=users, drain=10.0)
+    run = asyncio.run(run_level(endpoint, _workload(), Load.concurrency(users), limits))
+    summary = summarize(run.load, [run], None)
+    truth = _truth(emulator)
+    assert summary.succeeded == 30 * K
+    opened = max((r for r in run.records if r.warmup), key=lambda r: r.t_done)
+    last_send = max(r.t_send for r in run.measured)
+    closed = max((r for r in run.records if r.t_done <= last_send), key=lambda r: r.t_done)
+    start, end = truth[opened.response_id]["finished"], truth[closed.response_id]["finished"]
+    served = sum(1 for t in truth.values() if start < t["finished"] <= end)
+    assert served == summary.rate_requests >= 20 * K
+    server_rate = served / (end - start)
+    assert abs(summary.request_rate / server_rate - 1) <= 0.01, (summary.request_rate, server_rate)
+    # In steady state that is the slots' service rate: K / mean slot hold of the requests it counted.
+    holds = [t["finished"] - t["admitted"] for t in truth.values() if start < t["finished"] <= end]
+    assert abs(server_rate / (K / statistics.mean(holds)) - 1) <= 0.05
+    old = summary.succeeded / (max(r.t_done for r in run.measured) - min(r.t_send for r in run.measured))
+    assert old / server_rate < 0.99, (old, server_rate)
+
+
+def test_server_bursts_are_blamed_on_the_server_in_every_output_mode(
+    emulator: str, spec_path: Path, tmp_path: Path
+) -> None:
+    """Tokens written four to a write arrive in one read while the client waits: the server's burst, not ours."""
+    _configure(emulator, {"burst": 4})
+    try:
+        runs = {}
+        for mode in ("json", "table"):
+            out = tmp_path / mode
+            argv = [
+                "probe", emulator, "--model", "emulator", "--spec", str(spec_path), "--class", "chat",
+                "-c", "2", "-n", "8", "--warmup", "2", "--output-tokens", "12", "-o", str(out),
+            ] + (["--json"] if mode == "json" else [])  # fmt: skip
+            runs[mode] = CliRunner().invoke(app, argv)
+            assert runs[mode].exit_code == 0, runs[mode].output
+    finally:
+        _configure(emulator, {"burst": 1})
+    doc = json.loads(runs["json"].stdout)
+    level = doc["levels"][0]
+    # 12 tokens in writes of 4: 9 of every 12 events share a read with the one before.
+    assert level["server_burst_share"] >= 0.6, level
+    assert level["client_coalesced_share"] <= 0.1, level
+    assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith("the server sent"), doc["warnings"]
+    assert json.loads((tmp_path / "json" / "probe.json").read_text())["warnings"] == doc["warnings"]
+    for mode in ("json", "table"):
+        assert "warning: the server sent" in runs[mode].stderr, runs[mode].stderr
+        assert "fell behind" not in runs[mode].stderr
+        assert json.loads((tmp_path / mode / "probe.json").read_text())["warnings"][0].startswith("the server")
+    assert "warning" not in runs["table"].stdout
+    import pandas as pd
+
+    frame = pd.read_csv(tmp_path / "json" / "requests.csv")
+    assert (frame.loc[~frame["warmup"], "server_burst_events"] >= 6).all()
+
+
+def test_a_client_that_falls_behind_is_blamed_on_the_client(emulator: str) -> None:
+    """The client's loop is blocked 20 ms at a time while tokens come every 4 ms: they wait in the socket."""
+    import time
+
+    from slokit.probe import summarize
+    from slokit.probe.report import level_warnings
+
+    async def slow_client() -> LevelRun:
+        done = False
+
+        async def hog() -> None:
+            for _ in range(5000):  # bounded; ends when the level does
+                if done:
+                    return
+                time.sleep(0.02)
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(hog())
+        try:
+            endpoint = Endpoint(emulator + "/v1/completions", "emulator", "completions", request_timeout=30.0)
+            limits = Limits(requests=6, duration=30.0, warmup=0, drain=10.0)
+            return await run_level(endpoint, _workload(output=20), Load.concurrency(2), limits)
+        finally:
+            done = True
+            await task
+
+    run = asyncio.run(slow_client())
+    summary = summarize(run.load, [run], None)
+    assert summary.succeeded == 6
+    assert summary.client_behind_share >= 0.3, (summary.coalesced_share, summary.server_burst_share)
+    assert summary.server_burst_share <= 0.05, (summary.coalesced_share, summary.server_burst_share)
+    warnings = level_warnings([summary])
+    assert len(warnings) == 1 and warnings[0].startswith("this client fell behind"), warnings
+
+
+def test_help_groups_options_into_panels_readable_at_80_columns() -> None:
+    result = CliRunner().invoke(app, ["probe", "--help"], env={"COLUMNS": "80", "TERM": "dumb"})
+    assert result.exit_code == 0, result.output
+    text = result.output
+    for panel in ("Target", "SLO criteria", "Load", "Limits", "Workload", "Output"):
+        assert f"─ {panel} ─" in text, panel
+    flags = ("--model", "--api", "--spec", "--class", "--concurrency", "--rate", "--search", "--burstiness",
+             "--requests", "--duration", "--warmup", "--drain", "--request-timeout", "--prompt-tokens",
+             "--output-tokens", "--start", "--max", "--step", "--repeats", "--max-error-rate", "--from",
+             "--header", "--ignore-eos", "--seed", "--output", "--json")  # fmt: skip
+    for flag in flags:
+        assert flag in text, flag
+    assert len(text.splitlines()) <= 125
+    assert max(len(line) for line in text.splitlines()) <= 80

@@ -72,63 +72,132 @@ def probe(
         ),
     ],
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Model name to send (default: the first of /v1/models).")
+        str | None,
+        typer.Option(
+            "--model", "-m", help="Model name to send (default: the first of /v1/models).", rich_help_panel="Target"
+        ),
     ] = None,
     api: Annotated[
         ApiChoice | None,
-        typer.Option("--api", help="Request shape (default: from the URL, else completions)."),
+        typer.Option(
+            "--api",
+            metavar="API",
+            help="completions or chat (default: from the URL, else completions).",
+            rich_help_panel="Target",
+        ),
     ] = None,
     spec: Annotated[
-        Path | None, typer.Option("--spec", help="Spec whose class SLOs judge each level (default: bundled spec).")
+        Path | None,
+        typer.Option(
+            "--spec",
+            help="Spec whose class SLOs judge each level (default: bundled spec).",
+            rich_help_panel="SLO criteria",
+        ),
     ] = None,
     class_name: Annotated[
         str | None,
-        typer.Option("--class", help="Request class: its SLOs, workload and x-slokit-class header (default: first)."),
+        typer.Option(
+            "--class",
+            help="Request class: its SLOs, workload and x-slokit-class header (default: first).",
+            rich_help_panel="SLO criteria",
+        ),
     ] = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", "-c", help="Run one closed-loop level with N users.")
+        int | None,
+        typer.Option("--concurrency", "-c", help="Run one closed-loop level with N users.", rich_help_panel="Load"),
     ] = None,
-    rate: Annotated[float | None, typer.Option("--rate", "-r", help="Run one open-loop level at R req/s.")] = None,
+    rate: Annotated[
+        float | None, typer.Option("--rate", "-r", help="Run one open-loop level at R req/s.", rich_help_panel="Load")
+    ] = None,
     search_var: Annotated[
         SearchChoice | None,
-        typer.Option("--search", help="Search for the largest passing concurrency or rate (the default mode)."),
+        typer.Option(
+            "--search",
+            help="Search for the largest passing concurrency or rate (the default mode).",
+            rich_help_panel="Load",
+        ),
     ] = None,
     burstiness: Annotated[
-        float, typer.Option(help="Open-loop arrivals: gamma shape; 1 Poisson, <1 burstier, inf evenly spaced.")
+        float,
+        typer.Option(
+            help="Open-loop arrivals: gamma shape; 1 Poisson, <1 burstier, inf evenly spaced.", rich_help_panel="Load"
+        ),
     ] = 1.0,
-    requests: Annotated[int, typer.Option("--requests", "-n", help="Measured requests per level.")] = 300,
-    duration: Annotated[str, typer.Option(help="No new request after this long, per level.")] = "60s",
+    requests: Annotated[
+        int, typer.Option("--requests", "-n", help="Measured requests per level.", rich_help_panel="Limits")
+    ] = 300,
+    duration: Annotated[
+        str, typer.Option(help="No new request after this long, per level.", rich_help_panel="Limits")
+    ] = "60s",
     warmup: Annotated[
-        int | None, typer.Option(help="Unmeasured requests first (default: one per user, ~2s of arrivals).")
+        int | None,
+        typer.Option(
+            help="Unmeasured requests first (default: one per user, ~2s of arrivals).", rich_help_panel="Limits"
+        ),
     ] = None,
-    drain: Annotated[str, typer.Option(help="After --duration, time left for running requests.")] = "30s",
-    request_timeout: Annotated[str, typer.Option(help="Longest a single request may take.")] = "5m",
+    drain: Annotated[
+        str, typer.Option(help="After --duration, time left for running requests.", rich_help_panel="Limits")
+    ] = "30s",
+    request_timeout: Annotated[
+        str, typer.Option(help="Longest a single request may take.", rich_help_panel="Limits")
+    ] = "5m",
     prompt_tokens: Annotated[
         str | None,
-        typer.Option(help="Prompt length: 512, uniform(128,1024), normal(512,64), lognormal(512,0.6), choice(...)."),
+        typer.Option(
+            help="Prompt length: 512, uniform(128,1024), normal(512,64), lognormal(512,0.6), choice(...).",
+            rich_help_panel="Workload",
+        ),
     ] = None,
-    output_tokens: Annotated[str | None, typer.Option(help="Output length, same forms (sent with ignore_eos).")] = None,
-    start: Annotated[float | None, typer.Option(help="Search: first level (default 1).")] = None,
+    output_tokens: Annotated[
+        str | None, typer.Option(help="Output length, same forms (sent with ignore_eos).", rich_help_panel="Workload")
+    ] = None,
+    start: Annotated[
+        float | None, typer.Option(help="Search: first level (default 1).", rich_help_panel="Load")
+    ] = None,
     maximum: Annotated[
-        float | None, typer.Option("--max", help="Search: highest level (default 1024 users or 1000 req/s).")
+        float | None,
+        typer.Option("--max", help="Search: highest level (default 1024 users or 1000 req/s).", rich_help_panel="Load"),
     ] = None,
     step: Annotated[
-        float | None, typer.Option(help="Search resolution (default 1 user; for rates 10% of the passing rate).")
+        float | None,
+        typer.Option(
+            help="Search resolution (default 1 user; for rates 10% of the passing rate).", rich_help_panel="Load"
+        ),
     ] = None,
-    repeats: Annotated[int, typer.Option(help="Search: runs of a level near the boundary, pooled.")] = 2,
-    max_error_rate: Annotated[float, typer.Option(help="Failed share a passing level may have.")] = 0.01,
+    repeats: Annotated[
+        int, typer.Option(help="Search: runs of a level near the boundary, pooled.", rich_help_panel="Load")
+    ] = 2,
+    max_error_rate: Annotated[
+        float, typer.Option(help="Failed share a passing level may have.", rich_help_panel="SLO criteria")
+    ] = 0.01,
     basis: Annotated[
-        BasisChoice, typer.Option("--from", help="Judge TTFT and E2E from the scheduled or the sent time.")
+        BasisChoice,
+        typer.Option(
+            "--from", help="Judge TTFT and E2E from the scheduled or the sent time.", rich_help_panel="SLO criteria"
+        ),
     ] = BasisChoice.scheduled,
-    header: Annotated[list[str] | None, typer.Option("--header", "-H", help="Extra header NAME:VALUE.")] = None,
-    ignore_eos: Annotated[
-        bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Send vLLM's ignore_eos for exact lengths.")
-    ] = True,
-    seed: Annotated[int, typer.Option(help="Seed for lengths, prompts and arrivals.")] = 0,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Write requests.csv, probe.json and probe.png here.")
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header", "-H", metavar="NAME:VALUE", help="Extra header, repeatable.", rich_help_panel="Target"
+        ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")] = False,
+    ignore_eos: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-eos/--no-ignore-eos", help="Send vLLM's ignore_eos for exact lengths.", rich_help_panel="Workload"
+        ),
+    ] = True,
+    seed: Annotated[int, typer.Option(help="Seed for lengths, prompts and arrivals.", rich_help_panel="Workload")] = 0,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o", "--output", help="Write requests.csv, probe.json and probe.png here.", rich_help_panel="Output"
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document on stdout.", rich_help_panel="Output")
+    ] = False,
 ) -> None:
     """Load an OpenAI-compatible streaming endpoint and find the largest load that meets the SLO.
 
@@ -149,7 +218,7 @@ def probe(
 
       slokit probe http://127.0.0.1:8000/v1/chat/completions -c 32 -n 1000 --json
 
-      slokit probe http://127.0.0.1:8000 --search rate --burstiness 0.5 --duration 30s -o probe-out/
+      slokit probe http://127.0.0.1:8000 --search rate --burstiness 0.5 -o out/
     """
     from slokit.probe import Criteria, Limits, Load, SearchConfig, workload_for
     from slokit.probe.load import endpoint_url
@@ -303,6 +372,8 @@ async def _run(
     )
     if not as_json:
         print_summary(levels, doc, criteria)
+    for warning in doc["warnings"]:  # on stderr in every mode; also in the JSON document and probe.json
+        typer.echo(f"warning: {warning}", err=True)
     if output is not None:
         try:
             paths = probe_results.write_outputs(output, doc, levels, criteria)

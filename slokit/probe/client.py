@@ -22,12 +22,13 @@ import asyncio
 import contextlib
 import json
 import math
+import selectors
 import socket
 import ssl
 import struct
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -84,6 +85,7 @@ class RawResponse:
     t_first_byte: float = math.nan
     t_end: float = math.nan
     pieces: list[tuple[float, bytes]] = field(default_factory=list)
+    together: list[bool] = field(default_factory=list)  # per piece: its read's bytes all arrived within BURST_SPREAD
     complete: bool = False  # the body ended as HTTP framed it
     error: str | None = None  # a failure reason when the response could not be read to its end
     detail: str = ""
@@ -113,6 +115,91 @@ _ANCILLARY = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _READ_SIZE = 1 << 18
 
 
+BURST_SPREAD = 0.001  # bytes of one read that arrived within this of each other were sent together
+_BLOCKED = 50e-6  # a select that lasted this long waited: nothing was ready when it began
+
+
+class TimedSelector(selectors.BaseSelector):
+    """The event loop's selector, timing each `select` so a read can tell whether the loop kept up.
+
+    `floor` is the earliest arrival time of any byte that a callback of the current loop iteration reads
+    that had not been read already: if the select waited (no socket was ready when it began), the loop woke for
+    the first byte to arrive, so bytes came at or after its return; otherwise they came after the previous
+    select returned (that one would have reported the socket). With the kernel's stamp of a read's newest
+    byte, `stamp - floor` bounds how far apart the read's bytes arrived. The wake-up latency of the process is
+    taken as zero: a client starved of CPU is taken to have been waiting.
+    """
+
+    def __init__(self, inner: selectors.BaseSelector) -> None:
+        self.inner = inner
+        self.returned = -math.inf
+        self.floor = -math.inf
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        began = time.perf_counter()
+        events = self.inner.select(timeout)
+        now = time.perf_counter()
+        waited = timeout != 0 and now - began >= _BLOCKED
+        self.floor = now if waited else self.returned
+        self.returned = now
+        return events
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self.inner.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self.inner.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self.inner.modify(fileobj, events, data)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def get_key(self, fileobj: Any) -> selectors.SelectorKey:
+        return self.inner.get_key(fileobj)
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self.inner.get_map()
+
+
+@contextlib.contextmanager
+def timed_selector(loop: asyncio.AbstractEventLoop) -> Iterator[TimedSelector | None]:
+    """Time the running selector loop's selects while the body runs (None for loops without one, e.g. uvloop)."""
+    inner = getattr(loop, "_selector", None)
+    if isinstance(inner, TimedSelector):
+        yield inner
+        return
+    if not isinstance(inner, selectors.BaseSelector):
+        yield None
+        return
+    timed = TimedSelector(inner)
+    loop._selector = timed  # type: ignore[attr-defined]
+    try:
+        yield timed
+    finally:
+        loop._selector = inner  # type: ignore[attr-defined]
+
+
+def _selector_of(loop: asyncio.AbstractEventLoop) -> TimedSelector | None:
+    selector = getattr(loop, "_selector", None)
+    return selector if isinstance(selector, TimedSelector) else None
+
+
+class _ReadClock:
+    """Per connection: whether each read's bytes arrived together (see `TimedSelector`)."""
+
+    __slots__ = ("last_read",)
+
+    def __init__(self) -> None:
+        self.last_read = -math.inf
+
+    def together(self, selector: TimedSelector | None, stamp: float, now: float) -> bool:
+        floor = self.last_read if selector is None else max(selector.floor, self.last_read)
+        self.last_read = now
+        return stamp - floor <= BURST_SPREAD
+
+
 class _StampingTransport:
     """A minimal non-blocking TCP transport that stamps each read with the kernel's receive time."""
 
@@ -123,6 +210,7 @@ class _StampingTransport:
         self.fd = sock.fileno()
         self.pending = b""
         self.closed = False
+        self.clock = _ReadClock()
         loop.add_reader(self.fd, self._readable)
 
     def _readable(self) -> None:
@@ -144,7 +232,7 @@ class _StampingTransport:
                 kernel = seconds + nanos * 1e-9 - (time.time() - time.perf_counter())
                 if now - 5.0 < kernel <= now:  # a sane stamp on the same clock; else keep the read time
                     stamp = kernel
-        self.conn.stamped_data(stamp, data)
+        self.conn.stamped_data(stamp, data, self.clock.together(_selector_of(self.loop), stamp, now))
 
     def write(self, data: bytes) -> None:
         if self.closed:
@@ -209,25 +297,31 @@ class _Connection(asyncio.Protocol):
         self._chunk_state = "size"  # size, data, trailer
         self._keep_alive = True
         self._timer: asyncio.TimerHandle | None = None
+        self._clock = _ReadClock()
 
     # -- asyncio.Protocol -----------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.stamped_data(time.perf_counter(), data)
+        now = time.perf_counter()
+        self.stamped_data(now, data, self._clock.together(_selector_of(self.loop), now, now))
 
-    def stamped_data(self, now: float, data: bytes) -> None:
-        """Bytes that arrived at `now` (perf_counter seconds)."""
+    def stamped_data(self, now: float, data: bytes, together: bool = False) -> None:
+        """Bytes that arrived at `now` (perf_counter seconds); `together`: all within `BURST_SPREAD`."""
         response = self._response
         if self._future is None or self._future.done():
             return  # bytes nobody asked for (after a timeout): the connection is closed below
         if math.isnan(response.t_first_byte):
             response.t_first_byte = now
+        pieces = len(response.pieces)
         try:
             self._feed(now, data)
         except (ValueError, UnicodeDecodeError) as exc:
             self._fail(PROTOCOL, f"unreadable HTTP response: {exc}", now)
+        added = len(response.pieces) - pieces
+        if added > 0:
+            response.together.extend([together] * added)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -557,6 +651,7 @@ class StreamResult:
     """What one SSE response said, with arrival stamps of the events that carried content."""
 
     content_times: list[float] = field(default_factory=list)  # one stamp per content-bearing event
+    content_reads: list[int] = field(default_factory=list)  # per content event: the index of the piece it ended in
     usage: dict[str, Any] | None = None  # the last usage object seen (some servers repeat it on every chunk)
     response_id: str = ""
     finish_reason: str | None = None
@@ -583,7 +678,7 @@ def parse_stream(pieces: list[tuple[float, bytes]], api: Api) -> StreamResult:
     """Read SSE events from stamped body pieces; an event takes the stamp of the piece that completed it."""
     result = StreamResult()
     pending = b""
-    for stamp, piece in pieces:
+    for index, (stamp, piece) in enumerate(pieces):
         pending += piece
         if b"\r" in pending:
             pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -592,15 +687,15 @@ def parse_stream(pieces: list[tuple[float, bytes]], api: Api) -> StreamResult:
             if end < 0:
                 break
             event, pending = pending[:end], pending[end + 2 :]
-            _event(result, event, stamp, api)
+            _event(result, event, stamp, api, index)
             if result.failure is not None:
                 return result
     if pending.strip():
-        _event(result, pending, pieces[-1][0] if pieces else math.nan, api)
+        _event(result, pending, pieces[-1][0] if pieces else math.nan, api, len(pieces) - 1)
     return result
 
 
-def _event(result: StreamResult, event: bytes, stamp: float, api: Api) -> None:
+def _event(result: StreamResult, event: bytes, stamp: float, api: Api, index: int = -1) -> None:
     data_lines = []
     for line in event.split(b"\n"):
         if line.startswith(b"data:"):
@@ -640,6 +735,7 @@ def _event(result: StreamResult, event: bytes, stamp: float, api: Api) -> None:
                 result.finish_reason = str(choice["finish_reason"])
         if content:
             result.content_times.append(stamp)
+            result.content_reads.append(index)
 
 
 async def close_quietly(client: HttpClient) -> None:

@@ -6,6 +6,8 @@ The model is continuous batching with `max_seqs` slots, like vLLM's `--max-num-s
 * once admitted, its first token comes `ttft + ttft_per_token x prompt_tokens` later (prefill);
 * then one token every `itl + itl_per_seq x (running - 1)` seconds until `max_tokens` tokens (EOS is never
   sampled: every request behaves as if it sent `ignore_eos`);
+* with `burst` B > 1, a stream's tokens are written B at a time in one write (the truth log stamps them alike),
+  as a server that batches its output does;
 * chat streams start with a role-only chunk at admission (as vLLM's do), and the usage chunk comes
   `usage_delay` after the last token, so a client that counts the role chunk as the first token, or ends E2E at
   the usage chunk, is visibly wrong.
@@ -67,6 +69,7 @@ class EmulatorConfig:
     usage_delay: float = 0.002
     default_max_tokens: int = 16
     send_usage: bool = True  # honour stream_options.include_usage; False tests the client's fallback
+    burst: int = 1  # write the tokens of a stream `burst` at a time, in one write (as a server that batches output)
     faults: dict[str, float] = field(default_factory=dict)
     seed: int = 0
 
@@ -123,7 +126,7 @@ class _Truth:
 class _Stream:
     """One streaming response in progress."""
 
-    __slots__ = ("chat", "conn", "created", "emitted", "include_usage", "prefix", "truth")
+    __slots__ = ("chat", "conn", "created", "emitted", "held", "include_usage", "prefix", "truth")
 
     def __init__(self, conn: _HttpConnection, truth: _Truth, chat: bool, include_usage: bool, model: str) -> None:
         self.conn = conn
@@ -131,6 +134,7 @@ class _Stream:
         self.chat = chat
         self.include_usage = include_usage
         self.emitted = 0
+        self.held: list[bytes] = []  # framed token events waiting for the rest of their burst
         self.created = int(time.time())
         if chat:
             head = json.dumps({"id": truth.id, "object": "chat.completion.chunk", "created": self.created,
@@ -232,9 +236,14 @@ class Emulator:
         last = index + 1 >= truth.max_tokens
         text = str(truth.number) if index == 0 else " w"
         payload = stream.event(text, "length" if last else None)
-        truth.writes.append(time.perf_counter())
-        stream.conn.write_chunk(payload)
         stream.emitted += 1
+        stream.held.append(payload)
+        if last or len(stream.held) >= max(1, self.config.burst):
+            # One write for the whole burst: its events reach the client in one segment, stamped alike.
+            now = time.perf_counter()
+            truth.writes.extend([now] * len(stream.held))
+            stream.conn.write(b"".join(b"%x\r\n%s\r\n" % (len(event), event) for event in stream.held))
+            stream.held.clear()
         if not last:
             step = self.config.itl + self.config.itl_per_seq * max(0, self.running - 1)
             self.loop.call_at(due + step, self._token, stream, due + step)
@@ -444,7 +453,7 @@ def config_args(config: EmulatorConfig) -> list[str]:
         "--model", config.model, "--max-seqs", str(config.max_seqs), "--ttft", f"{config.ttft}s",
         "--ttft-per-token", f"{config.ttft_per_token}s", "--itl", f"{config.itl}s",
         "--itl-per-seq", f"{config.itl_per_seq}s", "--usage-delay", f"{config.usage_delay}s",
-        "--seed", str(config.seed),
+        "--seed", str(config.seed), "--burst", str(config.burst),
     ]  # fmt: skip
     if not config.send_usage:
         args.append("--no-usage")
@@ -509,6 +518,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--usage-delay", type=_duration, default=0.002, help="usage chunk after the last token")
     parser.add_argument("--no-usage", action="store_true", help="never send usage (tests the token fallback)")
     parser.add_argument("--fault", type=_fault, action="append", default=[], help="KIND=FRACTION, repeatable")
+    parser.add_argument("--burst", type=int, default=1, help="write tokens this many at a time, in one write")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     config = EmulatorConfig(
@@ -522,6 +532,7 @@ def main(argv: list[str] | None = None) -> None:
         send_usage=not args.no_usage,
         faults=dict(args.fault),
         seed=args.seed,
+        burst=max(1, args.burst),
     )
 
     async def run() -> None:

@@ -136,6 +136,7 @@ class RequestRecord:
     detail: str = ""
     response_id: str = ""
     finish_reason: str | None = None
+    server_bursts: int = 0  # coalesced content events whose read's bytes all arrived together: the server's burst
     raw: RawResponse | None = None  # kept until parsed
 
     @property
@@ -174,9 +175,14 @@ class RequestRecord:
 
     @property
     def coalesced(self) -> int:
-        """Content events that arrived in the same read as the one before (the client fell a token behind)."""
+        """Content events that arrived in the same read as the one before (ITL between them reads as 0)."""
         times = self.content_times
         return sum(1 for a, b in itertools.pairwise(times) if a == b)
+
+    @property
+    def client_behind(self) -> int:
+        """Coalesced events that are not the server's bursts: they waited in the socket for a busy client."""
+        return max(0, self.coalesced - self.server_bursts)
 
     @property
     def dispatch_lag(self) -> float:
@@ -294,6 +300,13 @@ def finalize(record: RequestRecord, api: Api) -> None:
         return
     parsed = client.parse_stream(raw.pieces, api)
     record.content_times = parsed.content_times
+    reads = parsed.content_reads
+    together = raw.together
+    record.server_bursts = sum(
+        1
+        for before, after in itertools.pairwise(reads)
+        if before == after and 0 <= after < len(together) and together[after]
+    )
     record.response_id = parsed.response_id
     record.finish_reason = parsed.finish_reason
     if parsed.content_times:
@@ -482,10 +495,12 @@ class _Runner:
         self.dispatch_deadline = self.t_start + self.limits.duration
         self.hard_deadline = self.dispatch_deadline + self.limits.drain
         try:
-            if self.load.kind == "concurrency":
-                stopped_by = await self.closed_loop()
-            else:
-                stopped_by = await self.open_loop()
+            # Timing the loop's selects tells a server's bursts from a client that fell behind (see TimedSelector).
+            with client.timed_selector(asyncio.get_running_loop()):
+                if self.load.kind == "concurrency":
+                    stopped_by = await self.closed_loop()
+                else:
+                    stopped_by = await self.open_loop()
         finally:
             t_end = time.perf_counter()
             if gc_was_enabled:

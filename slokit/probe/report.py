@@ -16,6 +16,30 @@ from slokit.probe.search import SearchResult
 from slokit.units import format_duration
 
 DOCUMENT_VERSION = 1
+WARN_SHARE = 0.01  # coalesced tokens above this share of a level's tokens get a warning
+
+
+def level_warnings(levels: Sequence[LevelSummary]) -> list[str]:
+    """What makes the results less exact than they look: tokens ITL could not separate, and whose fault it was.
+
+    Printed on stderr in every output mode and kept in the document's `warnings`.
+    """
+    out: list[str] = []
+    server = max(levels, key=lambda lv: lv.server_burst_share, default=None)
+    if server is not None and server.server_burst_share > WARN_SHARE:
+        out.append(
+            f"the server sent {server.server_burst_share:.1%} of tokens in bursts (at {server.load.label}: several "
+            "events in one read while this client was keeping up): ITL below the burst is not measurable, and "
+            "those gaps read as 0"
+        )
+    client = max(levels, key=lambda lv: lv.client_behind_share, default=None)
+    if client is not None and client.client_behind_share > WARN_SHARE:
+        out.append(
+            f"this client fell behind the stream for {client.client_behind_share:.1%} of tokens (at "
+            f"{client.load.label}: read together with the one before while it was busy), so ITL is coarsened "
+            "(run fewer streams per probe, or several probes)"
+        )
+    return out
 
 
 def single_level_outcome(level: LevelSummary) -> dict[str, Any]:
@@ -69,6 +93,7 @@ def document(
             "tokens_per_word": workload.tokens_per_word,
         },
         "criteria": [c.describe() for c in criteria.constraints] if criteria else [],
+        "warnings": level_warnings(levels),
         "levels": [level.to_json() for level in levels],
     }
 
@@ -134,12 +159,6 @@ def print_summary(levels: Sequence[LevelSummary], outcome: dict[str, Any], crite
             failures[reason] = failures.get(reason, 0) + count
     if failures:
         console.print("failures: " + ", ".join(f"{reason} {count}" for reason, count in sorted(failures.items())))
-    behind = max((level.coalesced_share for level in levels), default=0.0)
-    if behind > 0.01:
-        console.print(
-            f"warning: up to {behind:.1%} of tokens arrived in the same read as the one before: this client fell "
-            "behind the stream, so ITL is coarsened (run fewer streams per probe, or several probes)"
-        )
     if criteria is None:
         return
     unit = " users" if outcome.get("variable") == "concurrency" else " req/s"

@@ -19,6 +19,9 @@ A level passes when every constraint holds:
 * errors: the failed share at most `max_error_rate`.
 
 Goodput is the rate of measured requests that succeeded and met every objective threshold.
+
+Rates (requests, goodput, output tokens per second) count the measured successes that ended inside a run's window
+(see `_window`): from the end of the warm-up to the last measured send, so that they read the steady state.
 """
 
 from __future__ import annotations
@@ -189,7 +192,14 @@ class LevelSummary:
     goodput: float
     metrics: dict[str, Distribution]
     checks: list[Check] = field(default_factory=list)
-    coalesced_share: float = 0.0  # content events read together with the previous one: the client fell behind
+    coalesced_share: float = 0.0  # content events read together with the previous one (either cause)
+    server_burst_share: float = 0.0  # ... of them, those the server sent together (the client was keeping up)
+    rate_requests: int = 0  # measured successes that ended inside the rate window (what the rates count)
+
+    @property
+    def client_behind_share(self) -> float:
+        """Content events read together with the previous one because this client was busy."""
+        return max(0.0, self.coalesced_share - self.server_burst_share)
 
     @property
     def failed(self) -> int:
@@ -225,11 +235,14 @@ class LevelSummary:
             "failed": self.failed,
             "failures": dict(sorted(self.failures.items())),
             "duration_s": round(self.duration, 6),
+            "rate_requests": self.rate_requests,
             "request_rate": _finite(self.request_rate),
             "output_tokens_per_s": _finite(self.output_tokens_per_s),
             "goodput_rps": _finite(self.goodput),
             "stopped_by": sorted({run.stopped_by for run in self.runs}),
-            "client_coalesced_share": round(self.coalesced_share, 6),
+            "coalesced_share": round(self.coalesced_share, 6),
+            "server_burst_share": round(self.server_burst_share, 6),
+            "client_coalesced_share": round(self.client_behind_share, 6),
             "latency": {name: dist.to_json() for name, dist in self.metrics.items()},
             "checks": [check.to_json() for check in self.checks],
             "passed": self.passed,
@@ -266,9 +279,12 @@ def summarize(load: Load, runs: Sequence[LevelRun], criteria: Criteria | None) -
     records = [record for run in runs for record in run.measured]
     ok = [r for r in records if r.ok]
     failures = Counter(r.reason for r in records if not r.ok)
-    duration = sum(_window(run) for run in runs)  # first measured send to last measured success, per run
-    rate = len(ok) / duration if duration > 0 else math.nan
-    tokens = sum(r.output_tokens or 0 for r in ok)
+    windows = [_window(run) for run in runs]
+    duration = sum(end - start for start, end in windows)
+    counted = [r for run, (start, end) in zip(runs, windows, strict=True) for r in run.measured
+               if r.ok and start < r.t_done <= end]  # fmt: skip
+    rate = len(counted) / duration if duration > 0 else math.nan
+    tokens = sum(r.output_tokens or 0 for r in counted)
     metrics = {
         "ttft": distribution(r.ttft for r in ok),
         "ttft_from_scheduled": distribution(r.ttft_from_scheduled for r in ok),
@@ -280,11 +296,12 @@ def summarize(load: Load, runs: Sequence[LevelRun], criteria: Criteria | None) -
     }
     events = sum(len(r.content_times) for r in ok)
     coalesced = sum(r.coalesced for r in ok) / events if events else 0.0
+    bursts = sum(min(r.server_bursts, r.coalesced) for r in ok) / events if events else 0.0
     goodput = math.nan
     checks: list[Check] = []
     if criteria is not None:
         thresholds = criteria.objective_thresholds()
-        good = sum(1 for r in ok if _request_meets(r, thresholds, criteria.basis))
+        good = sum(1 for r in counted if _request_meets(r, thresholds, criteria.basis))
         goodput = good / duration if duration > 0 else math.nan
         checks = [_check(c, records, ok, criteria.basis) for c in criteria.constraints]
     return LevelSummary(
@@ -300,16 +317,39 @@ def summarize(load: Load, runs: Sequence[LevelRun], criteria: Criteria | None) -
         metrics=metrics,
         checks=checks,
         coalesced_share=coalesced,
+        server_burst_share=bursts,
+        rate_requests=len(counted),
     )
 
 
-def _window(run: LevelRun) -> float:
+def _window(run: LevelRun) -> tuple[float, float]:
+    """The (start, end] interval over which a run's rates are counted (perf_counter s; empty when start >= end).
+
+    It opens when the warm-up has really ended: at the last warm-up request's end (until then warm-up requests
+    still hold server slots, and their completions are not counted), or at the first measured send when that is
+    later. It closes at the last measured send, or rather at the completion just before it (a kernel stamp,
+    where the send is stamped by the client and late when the client is busy): until then every user of a
+    closed loop is busy and an open loop's arrivals still come, so the server runs at the level's load;
+    afterwards the load drains away. Both ends are completions in a saturated closed loop (a user sends the
+    moment its previous request ends), so the completions counted inside over the window's length is the
+    server's steady-state rate, without a ramp at either end. When that window holds no measured success (a
+    level shorter than one round of its users), it closes at the last measured success instead.
+    """
     records = run.measured
-    starts = [r.t_send for r in records if math.isfinite(r.t_send)]
+    sends = [r.t_send for r in records if math.isfinite(r.t_send)]
     ends = [r.t_done for r in records if r.ok and math.isfinite(r.t_done)]
-    if not starts or not ends:
-        return 0.0
-    return max(ends) - min(starts)
+    if not sends or not ends:
+        return (0.0, 0.0)
+    warmup_ends = [r.t_done for r in run.records if r.warmup and math.isfinite(r.t_done)]
+    start = max(min(sends), max(warmup_ends, default=-math.inf))
+    last_send = max(sends)
+    # The completion that freed the last user (kernel-stamped, unlike the send that followed it).
+    end = max((r.t_done for r in run.records if r.t_done <= last_send), default=last_send)
+    if not any(start < t <= end for t in ends):
+        end = max(ends)
+    if not any(start < t <= end for t in ends):  # every success ended before the warm-up did
+        start = min(sends)
+    return (start, end) if end > start else (0.0, 0.0)
 
 
 def _check(
@@ -400,6 +440,7 @@ def requests_frame(levels: Sequence[LevelSummary]) -> Any:
                         "tokens_source": r.tokens_source,
                         "content_events": len(r.content_times),
                         "coalesced_events": r.coalesced,
+                        "server_burst_events": r.server_bursts,
                         "finish_reason": r.finish_reason,
                         "detail": r.detail,
                     }
