@@ -650,10 +650,9 @@ def _scale_out_rules(spec: Spec) -> list[RecordingRule]:
     terms = []
     on = f"on ({', '.join(SLO_LABELS)})"
     fraction = spec.alerting.scale_out.fraction_of_slo
-    for rc in spec.classes:
-        slo = rc.slos.get(Sli.TTFT)
-        if slo is None or slo.objective is None:
-            continue
+    for rc in spec.scale_out_classes():
+        slo = rc.slos[Sli.TTFT]
+        assert slo.objective is not None
         base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, Sli.TTFT.value)]
         boundary = alerts.scale_out_boundary(spec, rc)
         within = alerts.fraction_within(base, boundary, spec.histogram(rc, Sli.TTFT))
