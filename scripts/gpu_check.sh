@@ -18,7 +18,7 @@ python="${PYTHON:-}"
 if [[ -z "$python" ]]; then
     if [[ -x "$here/.venv/bin/python" ]]; then python="$here/.venv/bin/python"; else python="python3"; fi
 fi
-if ! "$python" -c "import slokit.exporters.nvml" 2>/dev/null; then
+if ! "$python" -c "import slokit.exporters.gpu.poller" 2>/dev/null; then
     echo "gpu_check: cannot import slokit with $python; run 'make install' or set PYTHON=/path/to/python" >&2
     exit 2
 fi

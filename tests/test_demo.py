@@ -23,7 +23,6 @@ from slokit.demo import (
     alert_matches,
     contract_gaps,
     demo_class,
-    demo_rule_groups,
     expected_alerts,
     first_query,
     linked_guide,
@@ -34,6 +33,7 @@ from slokit.demo import (
 from slokit.distributions import parse_distribution
 from slokit.generate import alerts, runbook
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
+from slokit.generate.rules import rule_groups
 from slokit.schema import Sli
 from slokit.spec import load_spec
 
@@ -111,13 +111,13 @@ def test_expected_alerts_exist_for_the_bundled_demo_spec() -> None:
 
 
 def test_fire_time_is_active_at_plus_for() -> None:
-    from slokit.demo import _fire_time
+    from slokit.demo import fire_time
 
     rule = _rule("SlokitTier", AlertKind.TIER, "critical")  # for: 15s
-    fired = _fire_time({"activeAt": "2026-12-02T16:00:00.123456789Z"}, rule)
+    fired = fire_time({"activeAt": "2026-12-02T16:00:00.123456789Z"}, rule)
     assert fired == pytest.approx(1796227200.123456 + 15, abs=1e-3)
-    assert _fire_time({"activeAt": "2026-12-02T16:00:00+01:00"}, rule) == pytest.approx(1796223600 + 15)
-    assert _fire_time({}, rule) is None
+    assert fire_time({"activeAt": "2026-12-02T16:00:00+01:00"}, rule) == pytest.approx(1796223600 + 15)
+    assert fire_time({}, rule) is None
 
 
 def test_alert_matching_and_contract() -> None:
@@ -222,17 +222,14 @@ def test_section_excerpt_stops_before_step_two() -> None:
 
 
 # -- the rule files Prometheus loads ---------------------------------------------------------------------------------
-def test_demo_rule_groups_cap_intervals_and_keep_rules() -> None:
-    text = (
-        "# generated\n"
-        "groups:\n"
-        "- name: fast\n  interval: 1s\n  rules: [{record: a, expr: '1'}]\n"
-        "- name: slow\n  interval: 5m\n  rules: [{alert: B, expr: '1', for: 15s}]\n"
-        "- name: default\n  rules: []\n"
-    )
-    data = demo_rule_groups(text, 2.0)
-    assert [g["interval"] for g in data["groups"]] == ["1s", "2s", "2s"]
-    assert data["groups"][1]["rules"] == [{"alert": "B", "expr": "1", "for": "15s"}]
+def test_rule_groups_cap_intervals_and_keep_rules() -> None:
+    spec = load_demo_spec(DEMO_SPEC)
+    plain = rule_groups(spec)
+    capped = rule_groups(spec, max_interval=45.0)
+    assert [g.name for g in capped] == [g.name for g in plain]
+    assert [g.interval for g in capped] == [g.interval if g.interval == "30s" else "45s" for g in plain]
+    assert [g.rules for g in capped] == [g.rules for g in plain]  # expressions and `for:` untouched
+    assert {g.interval for g in rule_groups(spec, max_interval=2.0)} == {"2s"}
 
 
 # -- load ------------------------------------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from slokit import schema as S
 from slokit.cli import app
-from slokit.exporters.gpu_server import GpuServer, serve_until_signalled
-from slokit.exporters.nvml import GpuPoller
+from slokit.exporters.gpu.poller import GpuPoller
+from slokit.exporters.gpu.server import GpuServer, serve_until_signalled
 from slokit.local.procs import LOOPBACK, ManagedProcess, free_port
 from slokit.local.prometheus import LocalPrometheus
 from tests.test_nvml_fake import FakeGpu, FakeNvml

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from slokit import schema as S
 from slokit.cli import app
-from slokit.exporters import gpu_server
-from slokit.exporters.gpu_server import GpuServer
-from slokit.exporters.nvml import GpuPoller
+from slokit.exporters.gpu import server as gpu_server
+from slokit.exporters.gpu.poller import GpuPoller
+from slokit.exporters.gpu.server import GpuServer
 from slokit.exporters.webconfig import WebConfigError, hash_password, load_web_config
 from slokit.local.procs import LOOPBACK, ManagedProcess, free_port
 from tests.test_gpu_server import A, _slokit

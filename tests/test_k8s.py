@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from slokit import schema
 from slokit.cli import app
 from slokit.commands.exporter import exporter_app
-from slokit.exporters.nvml import parse_uuid_list
+from slokit.exporters.gpu.poller import parse_uuid_list
 from slokit.generate import generate_all, k8s
 from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text

@@ -15,8 +15,8 @@ from typer.main import get_command
 
 from slokit import schema as S
 from slokit.cli import app
-from slokit.exporters.gpu_server import GpuServer
-from slokit.exporters.nvml import GpuPoller
+from slokit.exporters.gpu.poller import GpuPoller
+from slokit.exporters.gpu.server import GpuServer
 from slokit.exporters.webconfig import hash_password, load_web_config
 from slokit.generate import generate_all, k8s
 from slokit.local.procs import LOOPBACK

@@ -12,7 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slokit import schema as S
-from slokit.exporters.nvml import MAX_BACKOFF, GpuCollector, GpuPoller, field_value, parse_uuid_list
+from slokit.exporters.gpu.collector import GpuCollector
+from slokit.exporters.gpu.library import field_value
+from slokit.exporters.gpu.poller import MAX_BACKOFF, GpuPoller, parse_uuid_list
 from tests.test_nvml_fake import FakeGpu, FakeNvml, err
 
 A = "GPU-8e2f3c1a-0000-4000-8000-000000000001"
@@ -485,7 +487,7 @@ def test_err_builds_the_real_subclass() -> None:
 
 
 def test_every_metric_is_documented() -> None:
-    from slokit.exporters.nvml import METRICS
+    from slokit.exporters.gpu.catalogue import METRICS
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "gpu-exporter.md").read_text(encoding="utf-8")
     missing = [m.name for m in METRICS if f"`{m.name}`" not in text]

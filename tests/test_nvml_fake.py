@@ -1,6 +1,6 @@
 """A fake NVML library for GPU-less machines, and the tests that keep it faithful to the real bindings.
 
-`FakeNvml` implements the functions of `slokit.exporters.nvml.NvmlLibrary` the way `pynvml` does: it raises the
+`FakeNvml` implements the functions of `slokit.exporters.gpu.library.NvmlLibrary` the way `pynvml` does: it raises the
 real `pynvml.NVMLError` subclasses (built from the real return codes), returns the real ctypes structures where the
 bindings do (`c_nvmlMemory_v2_t`, `c_nvmlFieldValue_t` arrays with a per-element `nvmlReturn`, GPM metric
 requests), refuses every call before `nvmlInit` with `Uninitialized`, and counts calls so tests can see what the
@@ -18,7 +18,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from slokit.exporters.nvml import NvmlLibrary
+from slokit.exporters.gpu.library import NvmlLibrary
 
 H100 = "NVIDIA H100 80GB HBM3"
 MIB = 1 << 20

@@ -100,7 +100,7 @@ def diurnal(t: FloatArray) -> FloatArray:
 
 def default_incidents(spec: Spec, start: float, days: int, rng: np.random.Generator) -> list[Incident]:
     """One incident a day after the first (which is quiet, so baselines have a day), cycling through KINDS."""
-    models = [m.name for m in spec.models if any(m.name in rc.models for rc in spec.classes)]
+    models = [m.name for m in spec.models if spec.classes_on(m.name)]
     out: list[Incident] = []
     slots = range(1, days) if days > 1 else range(0, 1)
     for n, day in enumerate(slots):
@@ -193,7 +193,7 @@ def simulate(
         return families.setdefault(name, _Family(name, kind))
 
     for model in spec.models:
-        classes = [rc for rc in spec.classes if model.name in rc.models]
+        classes = list(spec.classes_on(model.name))
         if not classes:
             continue
         effects = _effects(chosen, model.name, times, replicas)

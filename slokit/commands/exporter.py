@@ -112,8 +112,9 @@ def gpu(
         typer.echo(f"--interval: {error}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     # Imported here so `slokit --help` and the other commands never load the NVML bindings.
-    from slokit.exporters.gpu_server import GpuServer, serve_until_signalled
-    from slokit.exporters.nvml import MIN_INTERVAL, GpuPoller
+    from slokit.exporters.gpu.fields import MIN_INTERVAL
+    from slokit.exporters.gpu.poller import GpuPoller
+    from slokit.exporters.gpu.server import GpuServer, serve_until_signalled
 
     if seconds < MIN_INTERVAL or seconds > 60:
         typer.echo(f"--interval: {interval} is outside 100ms..60s (GPM needs 100ms between samples)", err=True)

@@ -466,10 +466,9 @@ def scale_out_boundary(spec: Spec, request_class: RequestClass) -> float:
 def _scale_out_alerts(b: _Builder) -> None:
     spec = b.spec
     scale = spec.alerting.scale_out
-    for rc in spec.classes:
-        slo = rc.slos.get(Sli.TTFT)
-        if slo is None or slo.objective is None:
-            continue
+    for rc in spec.scale_out_classes():
+        slo = rc.slos[Sli.TTFT]
+        assert slo.objective is not None
         boundary = scale_out_boundary(spec, rc)
         allowed = slo.objective.error_budget
         for model in rc.models:

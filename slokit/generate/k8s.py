@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from slokit import __version__, promql, schema
 from slokit.generate.writer import to_yaml
-from slokit.schema import Sli, Source
+from slokit.schema import Source
 from slokit.spec import Model, Spec
 from slokit.units import format_le
 
@@ -499,10 +499,7 @@ def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
 
 def has_scale_out_signal(spec: Spec, model: Model) -> bool:
     """Whether the rules record the scale-out signal for a model: some class on it has a TTFT objective."""
-    return any(
-        model.name in rc.models and (slo := rc.slos.get(Sli.TTFT)) is not None and slo.objective is not None
-        for rc in spec.classes
-    )
+    return spec.has_scale_out_signal(model.name)
 
 
 def files(spec: Spec) -> dict[str, Any]:

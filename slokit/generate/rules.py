@@ -50,7 +50,7 @@ from slokit.plan.roofline import expected_decode_tokens_per_second
 from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, one_of, selector
 from slokit.schema import Sli
 from slokit.spec import PERCENTILES, RequestClass, Spec
-from slokit.units import prom_duration
+from slokit.units import parse_duration, prom_duration
 
 # The SLI windows every objective gets (plus the burn-rate windows and the SLO window of the spec).
 STANDARD_WINDOWS: Final = (300.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0, 3 * 86400.0)
@@ -704,10 +704,9 @@ def _scale_out_rules(spec: Spec) -> list[RecordingRule]:
     terms = []
     on = f"on ({', '.join(SLO_LABELS)})"
     fraction = spec.alerting.scale_out.fraction_of_slo
-    for rc in spec.classes:
-        slo = rc.slos.get(Sli.TTFT)
-        if slo is None or slo.objective is None:
-            continue
+    for rc in spec.scale_out_classes():
+        slo = rc.slos[Sli.TTFT]
+        assert slo.objective is not None
         base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, Sli.TTFT.value)]
         boundary = alerts.scale_out_boundary(spec, rc)
         within = alerts.fraction_within(base, boundary, spec.histogram(rc, Sli.TTFT))
@@ -842,15 +841,29 @@ def _for_engine(spec: Spec, rules: Sequence[AlertRule], engine: Engine) -> tuple
     return tuple(out)
 
 
-def rule_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
-    """Every group of the service's rule file: the recording groups, then the alerts."""
+def rule_groups(spec: Spec, engine: Engine = DEFAULT, *, max_interval: float | None = None) -> list[RuleGroup]:
+    """Every group of the service's rule file: the recording groups, then the alerts.
+
+    `max_interval` (seconds) caps every group's evaluation interval (see `capped_intervals`); the committed files
+    never set it.
+    """
     alert_rules = _for_engine(spec, alerts.alert_rules(spec), engine)
     groups = recording_groups(spec, engine)
     if alert_rules:
         groups.append(
             RuleGroup(group_name(spec, "alerts"), prom_duration(SHORT_INTERVAL), alert_rules, group_fields(engine))
         )
-    return groups
+    return groups if max_interval is None else capped_intervals(groups, max_interval)
+
+
+def capped_intervals(groups: Iterable[RuleGroup], max_interval: float) -> list[RuleGroup]:
+    """The groups with every evaluation interval longer than `max_interval` seconds set to it.
+
+    Production groups evaluate long windows every minute or two; `slokit demo` tells its story in minutes, so it
+    evaluates everything often. Expressions and `for:` durations are untouched.
+    """
+    cap = prom_duration(max_interval)
+    return [g if parse_duration(g.interval) <= max_interval else dataclasses.replace(g, interval=cap) for g in groups]
 
 
 def rules_path(spec: Spec) -> str:

@@ -227,7 +227,7 @@ class _Builder:
     def model_facts(self, model: Model) -> ModelFacts:
         if model.name in self.facts:
             return self.facts[model.name]
-        classes = tuple(rc for rc in self.spec.classes if model.name in rc.models)
+        classes = self.spec.classes_on(model.name)
         try:
             plan = roofline.plan_for_model(self.spec, model)
         except roofline.PlanError:

@@ -145,7 +145,7 @@ class Alertmanager:
     @property
     def pid(self) -> int | None:
         """The process id (for checks that it is gone after stop())."""
-        return self.process.process.pid if self.process.process is not None else None
+        return self.process.pid
 
     def alerts(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         """The alerts Alertmanager holds now (API v2), each with labels, annotations and status."""

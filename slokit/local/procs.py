@@ -74,6 +74,11 @@ class ManagedProcess:
         return self
 
     @property
+    def pid(self) -> int | None:
+        """The process id once started (for checks that it is gone after stop())."""
+        return self.process.pid if self.process is not None else None
+
+    @property
     def running(self) -> bool:
         """Whether the process is still alive."""
         return self.process is not None and self.process.poll() is None

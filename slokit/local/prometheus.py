@@ -231,6 +231,11 @@ class LocalPrometheus:
         self._request("/-/reload", method="POST", raw=True)
 
     @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (or after a start that failed to become ready)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         """Whether the server process is alive."""
         return self._process is not None and self._process.running

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from slokit.catalog import GPUS, MODELS, GpuPreset, ModelPreset
 from slokit.schema import Sli
-from slokit.spec import Model, RequestClass, Spec
+from slokit.spec import Model, Spec
 
 GIB: Final = 1 << 30
 DTYPE_BYTES: Final[Mapping[str, float]] = {"fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -647,15 +647,11 @@ def _notes(p: Plan) -> list[str]:
 # ==============================================================================================================
 # From a spec
 # ==============================================================================================================
-def _classes_on(spec: Spec, model: Model) -> list[RequestClass]:
-    return [c for c in spec.classes if model.name in c.models]
-
-
 def itl_objective_seconds(spec: Spec, model: Model) -> float | None:
     """The tightest ITL or TPOT objective threshold among the classes that run on a model (the batch bound)."""
     values = [
         slo.objective.threshold
-        for request_class in _classes_on(spec, model)
+        for request_class in spec.classes_on(model.name)
         for sli, slo in request_class.slos.items()
         if sli in (Sli.ITL, Sli.TPOT) and slo.objective is not None
     ]
@@ -666,7 +662,7 @@ def ttft_objective_seconds(spec: Spec, model: Model) -> float | None:
     """The tightest TTFT objective threshold among the classes that run on a model."""
     values = [
         slo.objective.threshold
-        for request_class in _classes_on(spec, model)
+        for request_class in spec.classes_on(model.name)
         for sli, slo in request_class.slos.items()
         if sli is Sli.TTFT and slo.objective is not None
     ]
@@ -678,7 +674,7 @@ def workload_tokens(spec: Spec, model: Model) -> tuple[int, int] | None:
     mean output (a sequence's average resident KV over its decode), and the largest mean prompt."""
     pairs = [
         (c.workload.prompt_tokens.mean, c.workload.output_tokens.mean)
-        for c in _classes_on(spec, model)
+        for c in spec.classes_on(model.name)
         if c.workload is not None
     ]
     if not pairs:

@@ -1,6 +1,6 @@
 """The GPU sidecar's HTTP side: `/metrics` from the latest NVML snapshot, `/healthz` for the liveness probe.
 
-Kept apart from `nvml.py` so the HTTP behaviour (content negotiation, health, clean shutdown on SIGTERM) is tested
+Kept apart from the poller so the HTTP behaviour (content negotiation, health, clean shutdown on SIGTERM) is tested
 the same way with the fake NVML library and with the real one. A scrape converts the poller's snapshot and never
 waits on NVML, so `/metrics` answers even while the driver is wedged, lost or absent.
 """
@@ -24,7 +24,8 @@ from prometheus_client.registry import Collector
 
 from slokit import __version__
 from slokit import schema as S
-from slokit.exporters.nvml import GpuCollector, GpuPoller
+from slokit.exporters.gpu.collector import GpuCollector
+from slokit.exporters.gpu.poller import GpuPoller
 from slokit.exporters.webconfig import BasicAuth, WebConfig, client_sans
 
 log = logging.getLogger("slokit.gpu")
