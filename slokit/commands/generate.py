@@ -43,7 +43,7 @@ def generate(
 
     dashboards/: Grafana dashboards (JSON) and provisioning files.
 
-    runbooks/: one Markdown runbook per service, a section per alert.
+    runbooks/: one Markdown runbook per service: a short section per alert, linking its debugging guide.
 
     exporters/: PrometheusRule, vLLM + GPU sidecar Deployment, ConfigMap, PodMonitor, HPA, KEDA ScaledObject.
 
