@@ -1,0 +1,104 @@
+"""The mutation check: mutants are built as documented, and the generated tests kill enough of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slokit.generate import mutants as m
+from slokit.generate.model import AlertKind
+from slokit.generate.rules import rule_groups
+from slokit.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ["assistant", "assistant-vllm", "summarize"]
+
+
+def _spec(name: str):  # type: ignore[no-untyped-def]
+    return load_spec(ROOT / "examples" / f"{name}.yaml")
+
+
+def test_expr_mutations_cover_each_operator() -> None:
+    spec = _spec("assistant")
+    expr = (
+        'slokit:burn_rate:ratio1h{service="a",slo="ttft",le="0.5"} > 13.44\nand\n'
+        'rate(x_bucket{le="0.5"}[5m] offset 1d) >= 30'
+    )
+    found = {(op, d) for op, d, _ in m.expr_mutations(expr, spec)}
+    descriptions = {d for _, d in found}
+    assert "13.44 -> 16.8" in descriptions and "13.44 -> 10.08" in descriptions
+    assert "30 -> 37.5" in descriptions
+    assert "[5m] -> [10m]" in descriptions and "offset 1d dropped" in descriptions
+    assert "> -> <" in descriptions and ">= -> >" in descriptions and "> -> >=" not in descriptions
+    assert any(op == "clause" and d.startswith("dropped `and rate(") for op, d in found)
+    assert any(op == "le" for op, _ in found)
+    # label values and metric names are never touched as numbers
+    assert not any(d.startswith(("0.5 ->", "1 ->", "5 ->")) for _, d in found)
+
+
+def test_dropped_clause_keeps_the_rest() -> None:
+    spec = _spec("assistant")
+    expr = "a > 1\nand on (x)\nb >= 30\nunless\nc"
+    dropped = {new for op, _, new in m.expr_mutations(expr, spec) if op == "clause"}
+    assert "a > 1\nunless\nc" in dropped
+    assert "a > 1\nand on (x)\nb >= 30" in dropped
+    assert m.expr_mutations("(a or b) > 0", spec)
+    ors = {new for op, _, new in m.expr_mutations("(a or b) > 0", spec) if op == "clause"}
+    assert ors == {"(a ) > 0", "( b) > 0"}
+
+
+def test_families_follow_records_label_by_label() -> None:
+    spec = _spec("assistant")
+    groups = rule_groups(spec)
+    families = m.rule_families(groups)
+    by_record: dict[str, set[str]] = {}
+    for (g, r), fam in families.items():
+        rule = groups[g].rules[r]
+        name = getattr(rule, "record", None)
+        if name is not None:
+            by_record.setdefault(f"{name}{dict(rule.labels)}", set()).update(fam)
+    assert by_record["slokit:sli_total:increase5m{'service': 'assistant'}"] >= {"burn rate", "absent"}
+    assert "baseline" in by_record["slokit:latency_seconds:p99_baseline{}"]
+    # the p50 record feeds no baseline alert (it reads quantile="0.99")
+    assert "baseline" not in by_record["slokit:latency_seconds:quantile5m{'quantile': '0.5'}"]
+    assert set(m.FAMILY_OF_KIND) == set(AlertKind)
+
+
+def test_sample_is_deterministic_and_stratified() -> None:
+    spec = _spec("summarize")
+    everything = m.all_mutants(spec, rule_groups(spec))
+    first = m.sample(everything, 21, seed=3)
+    assert first == m.sample(everything, 21, seed=3)
+    assert first != m.sample(everything, 21, seed=4)
+    assert len(first) == 21
+    for family in m.FAMILIES:
+        assert sum(family in x.families for x in first) >= 3
+
+
+def test_deleted_record_and_changed_for() -> None:
+    spec = _spec("assistant")
+    groups = rule_groups(spec)
+    everything = m.all_mutants(spec, groups)
+    delete = next(x for x in everything if x.operator == "delete")
+    data = m.mutated_rule_file(groups, delete)
+    assert len(data["groups"][delete.group]["rules"]) == len(groups[delete.group].rules) - 1
+    dropped_for = next(x for x in everything if x.operator == "for" and "dropped" in x.description)
+    assert dropped_for.replacement is not None and "for" not in dropped_for.replacement
+
+
+MUTANTS_PER_SPEC = 35  # stratified over the families: about five each
+
+
+@pytest.mark.prometheus
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_generated_tests_kill_sampled_mutants(name: str) -> None:
+    report = m.run_mutants(_spec(name), MUTANTS_PER_SPEC, seed=m.DEFAULT_SEED)
+    assert report.baseline_ok, report.baseline_output
+    survivors = "\n".join(f"{x.rule_name}: {x.operator}: {x.description}" for x in report.survivors())
+    overall = report.score()
+    assert overall is not None and overall >= 0.9, f"{report.table()}\n{survivors}"
+    for family in m.FAMILIES:
+        score = report.score(family)
+        assert score is None or score >= 0.75, f"{family}\n{report.table()}\n{survivors}"
