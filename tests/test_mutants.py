@@ -93,7 +93,7 @@ MUTANTS_PER_SPEC = 35  # stratified over the families: about five each
 @pytest.mark.prometheus
 @pytest.mark.slow
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_generated_tests_kill_sampled_mutants(name: str) -> None:
+def test_generated_tests_kill_sampled_mutants(name: str, promtool_path: str) -> None:
     report = m.run_mutants(_spec(name), MUTANTS_PER_SPEC, seed=m.DEFAULT_SEED)
     assert report.baseline_ok, report.baseline_output
     survivors = "\n".join(f"{x.rule_name}: {x.operator}: {x.description}" for x in report.survivors())

@@ -248,16 +248,17 @@ def expr_mutations(expr: str, spec: Spec) -> Iterator[tuple[str, str, str]]:
     masked = _masked(expr)
     for m in _NUMBER.finditer(masked):
         value = float(m.group(1))
-        for new in _scaled(value):
-            yield "number", f"{m.group(1)} -> {number(new)}", expr[: m.start()] + number(new) + expr[m.end() :]
+        for scaled in _scaled(value):
+            text = number(scaled)
+            yield "number", f"{m.group(1)} -> {text}", expr[: m.start()] + text + expr[m.end() :]
     for m in _RANGE.finditer(masked):
-        for new in _durations(m.group(1)):
-            s, e = m.span(1)
-            yield "range", f"[{m.group(1)}] -> [{new}]", expr[:s] + new + expr[e:]
+        s, e = m.span(1)
+        for duration in _durations(m.group(1)):
+            yield "range", f"[{m.group(1)}] -> [{duration}]", expr[:s] + duration + expr[e:]
     for m in _OFFSET.finditer(masked):
         s, e = m.span(1)
-        for new in _durations(m.group(1)):
-            yield "offset", f"offset {m.group(1)} -> offset {new}", expr[:s] + new + expr[e:]
+        for duration in _durations(m.group(1)):
+            yield "offset", f"offset {m.group(1)} -> offset {duration}", expr[:s] + duration + expr[e:]
         yield "offset", f"offset {m.group(1)} dropped", expr[: m.start()] + expr[m.end() :]
     for m in _COMPARISON.finditer(masked):
         op = m.group(1)
@@ -266,8 +267,8 @@ def expr_mutations(expr: str, spec: Spec) -> Iterator[tuple[str, str, str]]:
         swaps = {">": ["<"], "<": [">"], ">=": ["<"], "<=": [">"], "==": ["!="], "!=": ["=="]}[op]
         if integer:
             swaps += {">": [">="], ">=": [">"], "<": ["<="], "<=": ["<"]}.get(op, [])
-        for new in swaps:
-            yield "comparison", f"{op} -> {new}", expr[: m.start()] + new + expr[m.end() :]
+        for swap in swaps:
+            yield "comparison", f"{op} -> {swap}", expr[: m.start()] + swap + expr[m.end() :]
     for start, end, op, depth in _set_ops(expr):
         p = _precedence(op)
         stop = _operand_end(expr, end, depth, p)
@@ -278,11 +279,11 @@ def expr_mutations(expr: str, spec: Spec) -> Iterator[tuple[str, str, str]]:
             left = " ".join(expr[begin:start].split())
             yield "clause", f"dropped `{left[:80]} or`", _tidy(expr[:begin] + expr[end:])
     for m in _LE.finditer(expr):
-        value = _le_value(m.group(1), m.group(2))
-        if value is None:
+        bound = _le_value(m.group(1), m.group(2))
+        if bound is None:
             continue
         bounds = _buckets_for(spec, expr, m.start())
-        neighbours = [b for b in bounds if b < value - 1e-12][-1:] + [b for b in bounds if b > value + 1e-12][:1]
+        neighbours = [b for b in bounds if b < bound - 1e-12][-1:] + [b for b in bounds if b > bound + 1e-12][:1]
         for new in neighbours:
             text = _le_text(new)
             yield "le", f"{m.group(0)} -> {text}", expr[: m.start()] + text + expr[m.end() :]
@@ -355,11 +356,11 @@ def rule_families(groups: Sequence[RuleGroup]) -> dict[tuple[int, int], frozense
 
     out: dict[tuple[int, int], frozenset[str]] = {}
     for g, group in enumerate(groups):
-        for r, rule in enumerate(group.rules):
-            if isinstance(rule, AlertRule):
-                family = FAMILY_OF_KIND[rule.kind]
+        for r, alert in enumerate(group.rules):
+            if isinstance(alert, AlertRule):
+                family = FAMILY_OF_KIND[alert.kind]
                 out[(g, r)] = frozenset({family})
-                mark(rule.expr, family, set())
+                mark(alert.expr, family, set())
     out.update({key: frozenset(value) for key, value in families.items()})
     return out
 
