@@ -663,7 +663,7 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
         tests = [
             *_slo_groups(spec, all_rules), *_boundary_groups(spec, all_rules), *_baseline_groups(spec, all_rules),
             *_restart_groups(spec, all_rules), *_engine_groups(spec, all_rules),
-            *_engine_boundary_groups(spec, all_rules),
+            *_engine_boundary_groups(spec, all_rules), *_consistency_groups(spec, all_rules),
             *_absent_groups(spec, all_rules), *_exporter_gone_groups(spec, all_rules),
         ]  # fmt: skip
     finally:
@@ -692,6 +692,7 @@ __all__ = ["expand", "files", "fires_at", "histogram_quantile", "humanize_durati
 # ==============================================================================================================
 NEAR: Final = 0.1  # inputs sit 10% (relative) under or over a threshold
 MARGIN: Final = 0.03  # a check is written only where every deciding ratio is 3% clear of its threshold
+LIMIT_NEAR: Final = 0.25  # bound pairs for the consistency limit: within 25% of it
 SEGMENT_MINUTES: Final = 30  # each under/over segment of a 5m-window rule
 
 
@@ -1091,3 +1092,71 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     name = (f"baseline from raw history: {prom_duration(history * 60)} with p99 in the first bucket, then p99 "
             f"{NEAR:.0%} over {number(base.ratio)}x it for {part}m, then {NEAR:.0%} under for {part}m")  # fmt: skip
     return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
+
+
+def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """p99/p50 from bucket edges, bucket by bucket: 60% of requests in one bucket and 40% in another, so that
+    p50's upper edge and p99's lower edge step through every bound (the record's value is checked at the end of
+    each 10m step), then a pair of bounds just over the limit and one just under it (the alert fires, then
+    resolves)."""
+    rules = [r for r in all_rules if r.kind is AlertKind.CONSISTENCY]
+    if not rules:
+        return []
+    step = _STEP.get()
+    part, near_part = 10, 25
+    plans: list[tuple[AlertRule, RequestClass, Sli, list[Segment], list[tuple[int, float | None, bool | None]]]] = []
+    for r in rules:
+        rc = next(c for c in spec.classes if c.name == r.request_class)
+        if r.sli is None or r.model is None:
+            continue
+        slo = rc.slos[r.sli]
+        if slo.consistency is None:
+            continue
+        limit = slo.consistency.max_p99_over_p50
+        bounds = spec.histogram_buckets(rc, r.sli)
+        n = len(bounds)
+        pairs = [(0, k) for k in range(1, n + 1)] + [(j, n) for j in range(1, n)]
+        segments: list[Segment] = []
+        checks: list[tuple[int, float | None, bool | None]] = []
+        for j, k in pairs:
+            shares = {j: 0.6, **({k: 0.4} if k < n else {})}
+            segments.append((part, shares, RPM))
+            checks.append((sum(s[0] for s in segments), bounds[k - 1] / bounds[j], None))
+        ratios = [(bounds[k - 1] / bounds[j], j, k) for j in range(n) for k in range(j + 2, n + 1)]
+        hi, lo = limit * (1 + LIMIT_NEAR), limit * (1 - LIMIT_NEAR)
+        over = [(j, k) for x, j, k in ratios if limit * (1 + MARGIN) < x < hi * (1 - MARGIN)]
+        under = [(j, k) for x, j, k in ratios if lo * (1 + MARGIN) < x < limit * (1 - MARGIN)]
+        for side, fires in ((over, True), (under, False)):
+            if side:
+                j, k = side[0]
+                segments.append((near_part, {j: 0.6, **({k: 0.4} if k < n else {})}, RPM))
+                checks.append((sum(s[0] for s in segments), bounds[k - 1] / bounds[j], fires))
+        plans.append((r, rc, r.sli, segments, checks))
+    if not plans:
+        return []
+    length = max(sum(s[0] for s in p[3]) for p in plans)
+    inputs: list[dict[str, str]] = []
+    tests: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for r, rc, sli, segments, checks in plans:
+        model = r.model or ""
+        pad = length - sum(s[0] for s in segments)
+        line = _Timeline(spec.histogram_buckets(rc, sli), [*segments, *([(pad, segments[-1][1], RPM)] if pad else [])])
+        inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
+                              _le_writer(spec, rc, sli))  # fmt: skip
+        if (model, rc.name) not in seen:
+            seen.add((model, rc.name))
+            inputs.append(_requests_input(spec, model, rc, RPM, length))
+        labels = sorted(_slo_series_labels(spec, model, rc, sli).items())
+        record = selector(schema.RECORD_CONSISTENCY_LOWER, [(k, "=", v) for k, v in labels])
+        for minute, value, state in checks:
+            at = math.floor(minute * 60 / step) * step
+            if state is None and value is not None:
+                tests.append({"expr": record, "eval_time": _dur(at),
+                              "exp_samples": [{"labels": record, "value": value}]})  # fmt: skip
+            elif state is not None:
+                tests.append({"expr": _alert_count(r), "eval_time": _dur(at),
+                              "exp_samples": [{"labels": "{}", "value": 1}] if state else []})  # fmt: skip
+    return [{"name": "consistency bucket by bucket: 60% of requests in one bucket, 40% in another; then p99/p50 "
+                     "just over and just under the limit", "interval": "1m", "input_series": inputs,
+             "promql_expr_test": tests}]  # fmt: skip
