@@ -616,7 +616,7 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     rules = [r for r in all_rules if r.kind is AlertKind.EXPORTER_GONE]
     if not rules:
         return []
-    served_for, missing_for = 30, 30
+    served_for, missing_for = 30, 50
     minutes = served_for + missing_for
     at = (served_for + 15) * 60  # 10m without a sample, then the first evaluation after
 
@@ -645,6 +645,8 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     firing = [{"eval_time": _dur(at), "alertname": alerts_mod.NAME_EXPORTER_GONE,
                "exp_alerts": [_expected(r, *value(r)) for r in rules]}]  # fmt: skip
     still = [{"eval_time": _dur(served_for * 60 + 300), "alertname": alerts_mod.NAME_EXPORTER_GONE}]
+    # 45m after the last sample the model still served traffic within the last hour: still paging
+    firing.append({**firing[0], "eval_time": _dur((served_for + 45) * 60)})
     return [
         {"name": f"exporters gone: every series stops after {served_for}m of traffic; the model pages",
          "interval": "1m", "input_series": served, "alert_rule_test": still + firing},
@@ -907,11 +909,12 @@ def _bucket_index(bounds: Sequence[float], bound: float) -> int:
 
 
 def _split(bounds: Sequence[float], bound: float, slow: float) -> dict[int, float]:
-    """Requests in the bucket that ends at `bound` and, a share `slow` of them, in the next one (or +Inf)."""
+    """Requests in the bucket that ends at `bound` and, a share `slow` of them, half in the next bucket and half
+    slower than every bucket (+Inf), so that moving either `le` bound changes the share."""
     i = _bucket_index(bounds, bound)
     shares = {i: 1.0 - slow}
     if i + 1 < len(bounds):
-        shares[i + 1] = slow
+        shares[i + 1] = slow / 2
     return shares
 
 
@@ -1082,9 +1085,10 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
             seen.add((r.model, rc.name))
             inputs.append(_requests_input(spec, r.model, rc, RPM, minutes))
         before = math.floor(history * 60 / step) * step
+        pending = before + _for_seconds(r)  # true from the first evaluation after the change at the latest
         firing = math.floor((history + part) * 60 / step) * step
         end = math.floor(minutes * 60 / step) * step
-        for at, fires in ((before, False), (firing, True), (end, False)):
+        for at, fires in ((before, False), (pending, False), (firing, True), (end, False)):
             tests.append({"expr": _alert_count(r), "eval_time": _dur(at),
                           "exp_samples": [{"labels": "{}", "value": 1}] if fires else []})  # fmt: skip
     if not tests:
