@@ -1032,8 +1032,48 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
             tests.append({"expr": _alert_count(r), "eval_time": _dur(fire_at),
                           "exp_samples": [{"labels": "{}", "value": 1}]})  # fmt: skip
         tests.append({"expr": _alert_count(r), "eval_time": _dur(quiet_at), "exp_samples": []})
-    return [{"name": "engines just over every threshold for 20m, then just under", "interval": "1m",
-             "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
+    groups = [{"name": "engines just over every threshold for 20m, then just under", "interval": "1m",
+               "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
+    return groups + _engine_cause_groups(spec, all_rules)
+
+
+def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Every request slow (the SLO pages fire) while every engine is full, queueing, at 99% KV cache and
+    preempting: the engine alerts fire as causes inside the page (severity of the page, cause: engine) and their
+    warning copies stay silent."""
+    metrics = spec.metrics
+    causes = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
+              and schema.RULE_LABEL_CAUSE in r.labels]  # fmt: skip
+    warnings = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
+                and schema.RULE_LABEL_CAUSE not in r.labels]  # fmt: skip
+    pages = [r for r in all_rules if r.kind is AlertKind.BURN_RATE
+             and r.labels.get("severity") == spec.alerting.severity.page]  # fmt: skip
+    if not causes or not pages:
+        return []
+    step = _STEP.get()
+    at = math.ceil((min(fires_at(r) for r in pages) + 30 * 60) / step) * step
+    minutes = at // 60 + 5
+    inputs: list[dict[str, str]] = []
+    for rc in spec.classes:
+        for sli, slo in rc.slos.items():
+            if slo.objective is None:
+                continue
+            for model_name in rc.models:
+                inputs += _histogram_inputs(spec, model_name, rc, sli, Scenario({}), minutes)[0]
+    for model in spec.models:
+        m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
+        inputs += [
+            {"series": selector(metrics.requests_waiting, m), "values": f"5x{minutes}"},
+            {"series": selector(metrics.requests_running, m), "values": f"{model.max_num_seqs}x{minutes}"},
+            {"series": selector(metrics.kv_cache_usage, m), "values": f"0.99x{minutes}"},
+            {"series": selector(metrics.preemptions, m), "values": _series_values(60, minutes)},
+            {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
+        ]
+    tests = [{"expr": _alert_count(r), "eval_time": _dur(at), "exp_samples": [{"labels": "{}", "value": 1}]}
+             for r in causes]  # fmt: skip
+    tests += [{"expr": _alert_count(r), "eval_time": _dur(at), "exp_samples": []} for r in warnings]
+    return [{"name": "pages firing while every engine is full: the engine alerts fire inside the page, not as "
+                     "warnings", "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
 
 
 def _p99_shares(bounds: Sequence[float], target: float) -> dict[int, float] | None:
