@@ -34,6 +34,16 @@ def generate(
             case_sensitive=False,
         ),
     ] = Engine.PROMETHEUS,
+    mutants: Annotated[
+        int,
+        typer.Option(
+            "--mutants",
+            help="Write nothing; apply N sampled mutations to each spec's generated rules, run the spec's generated "
+            "promtool tests on each and print how many they kill per alert family (docs/rules.md).",
+            min=0,
+        ),
+    ] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the --mutants sample.")] = 16,
 ) -> None:
     """Write the rules, alerts, promtool tests, dashboards, runbook and Kubernetes objects of specs.
 
@@ -55,8 +65,14 @@ def generate(
     are they renamed over the old ones. A failure or a kill before that leaves the previous files as they were; a
     kill during the renames is completed by the next run.
 
+    --mutants N writes nothing: it breaks the rules N ways per spec (numbers, ranges, offsets, comparisons,
+    dropped clauses, deleted records, `for`, `le`) and reports the share of mutants the generated tests kill.
+
     Example: slokit generate examples/*.yaml -o . --check
     """
+    if mutants:
+        _mutation_check(specs, mutants, seed, engine)
+        return
     from slokit.generate import GenerateError, generate_all  # grafanalib and jinja2 load only for this command
     from slokit.generate.writer import WriteError, write_files
 
@@ -91,6 +107,33 @@ def generate(
         typer.echo(f"wrote     {output / relative}")
     for relative in report.unchanged:
         typer.echo(f"unchanged {output / relative}")
+
+
+def _mutation_check(specs: list[Path] | None, n: int, seed: int, engine: Engine) -> None:
+    """`--mutants N`: the mutation score of each spec's generated tests, a table per spec."""
+    from slokit.generate.mutants import run_mutants
+    from slokit.local.prometheus import PROMTOOL_BINARY, find_binary
+
+    if engine is not Engine.PROMETHEUS:
+        typer.echo("--mutants needs --engine prometheus: promtool runs the generated tests", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    if find_binary(PROMTOOL_BINARY) is None:
+        typer.echo("--mutants needs promtool on PATH", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    failed = False
+    for spec in load_specs_or_exit(specs):
+        report = run_mutants(spec, n, seed=seed)
+        typer.echo(f"{spec.service} ({spec.path}): {len(report.outcomes)} mutants, seed {seed}")
+        if not report.baseline_ok:
+            typer.echo(f"the unmutated rules fail their own tests:\n{report.baseline_output}", err=True)
+            failed = True
+            continue
+        typer.echo(report.table())
+        for mutant in report.survivors():
+            typer.echo(f"  survived: {mutant.rule_name}: {mutant.operator}: {mutant.description}")
+        typer.echo("")
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _verify(staged: Mapping[str, Path], engine: Engine) -> None:

@@ -14,6 +14,7 @@ Expected annotation text is expanded here with the same formatting Prometheus's 
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -340,8 +341,11 @@ def _slo_series_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> di
 
 
 def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
-    """Four scenarios, each over every SLO of the spec at once: all slow, healthy, zero traffic, inconsistent."""
-    firing_kinds = (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT, AlertKind.BASELINE)
+    """Four scenarios, each over every SLO of the spec at once: all slow, healthy, zero traffic, inconsistent.
+
+    No scenario has a day of history, so no baseline exists and the baseline alerts stay silent here: they are
+    tested from raw history in `_baseline_groups`."""
+    firing_kinds = (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT)
     slos = [(rc, sli, slo, m) for rc in spec.classes for sli, slo in rc.slos.items() for m in rc.models]
     slo_rules = [r for r in all_rules if r.kind in (*firing_kinds, AlertKind.CONSISTENCY)]
     if not slo_rules:
@@ -360,7 +364,6 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     quiet_consistency = list(consistency)
     for rc, sli, slo, model in slos:
         bounds = spec.histogram_buckets(rc, sli)
-        top = bounds[-1]
         labels = _slo_series_labels(spec, model, rc, sli)
         for rule in all_rules:
             if rule.model != model or rule.request_class != rc.name or rule.sli is not sli:
@@ -373,8 +376,6 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
                 # every request above the scale-out boundary: the whole share, over the share the objective allows
                 fraction = spec.alerting.scale_out.fraction_of_slo
                 values[id(rule)] = (round(fraction / slo.objective.error_budget, 9), labels)
-            elif rule.kind is AlertKind.BASELINE:
-                values[id(rule)] = (top, labels)
         k = _healthy_bucket(spec, rc, sli)
         cumulative_share = [0.0] * k + [1.0] * (len(bounds) - k)
         p50 = histogram_quantile(0.5, bounds, [*cumulative_share, 1.0])
@@ -382,13 +383,9 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
         if slo.consistency is not None and p99 / p50 > slo.consistency.max_p99_over_p50:
             quiet_consistency = [r for r in quiet_consistency if not (r.model == model and r.request_class == rc.name
                                                                       and r.sli is sli)]  # fmt: skip
-        baseline = selector(schema.RECORD_P99_BASELINE, [(k2, "=", v) for k2, v in labels.items()])
         slow += _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes)[0]
-        slow.append({"series": baseline, "values": f"{number(bounds[0])}x{minutes}"})
         healthy += _histogram_inputs(spec, model, rc, sli, Scenario({k: 1.0}), minutes)[0]
-        healthy.append({"series": baseline, "values": f"{number(p99)}x{minutes}"})
         idle += _histogram_inputs(spec, model, rc, sli, None, minutes)[0]
-        idle.append({"series": baseline, "values": f"{number(p99)}x{minutes}"})
         if slo.consistency is not None:
             series, _ = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes)
             mixed += series
@@ -675,7 +672,7 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     rules = [r for r in all_rules if r.kind is AlertKind.EXPORTER_GONE]
     if not rules:
         return []
-    served_for, missing_for = 30, 30
+    served_for, missing_for = 30, 50
     minutes = served_for + missing_for
     at = (served_for + 15) * 60  # 10m without a sample, then the first evaluation after
 
@@ -704,6 +701,8 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     firing = [{"eval_time": _dur(at), "alertname": alerts_mod.NAME_EXPORTER_GONE,
                "exp_alerts": [_expected(r, *value(r)) for r in rules]}]  # fmt: skip
     still = [{"eval_time": _dur(served_for * 60 + 300), "alertname": alerts_mod.NAME_EXPORTER_GONE}]
+    # 45m after the last sample the model still served traffic within the last hour: still paging
+    firing.append({**firing[0], "eval_time": _dur((served_for + 45) * 60)})
     return [
         {"name": f"exporters gone: every series stops after {served_for}m of traffic; the model pages",
          "interval": "1m", "input_series": served, "alert_rule_test": still + firing},
@@ -720,7 +719,9 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
     token = _STEP.set(step)
     try:
         tests = [
-            *_slo_groups(spec, all_rules), *_restart_groups(spec, all_rules), *_engine_groups(spec, all_rules),
+            *_slo_groups(spec, all_rules), *_boundary_groups(spec, all_rules), *_baseline_groups(spec, all_rules),
+            *_restart_groups(spec, all_rules), *_engine_groups(spec, all_rules),
+            *_engine_boundary_groups(spec, all_rules), *_consistency_groups(spec, all_rules),
             *_absent_groups(spec, all_rules), *_exporter_gone_groups(spec, all_rules),
             *_failure_groups(spec, all_rules),
         ]  # fmt: skip
@@ -741,3 +742,522 @@ def files(spec: Spec) -> dict[str, Any]:
 
 
 __all__ = ["expand", "files", "fires_at", "histogram_quantile", "humanize_duration", "unit_tests"]
+
+
+# ==============================================================================================================
+# Boundary scenarios: inputs just under and just over every threshold and bucket boundary, checked against a
+# model of the rules (window ratios from raw counters, `for`, `keep_firing_for`) where the model is clear of the
+# threshold by MARGIN at every evaluation that decides the state.
+# ==============================================================================================================
+NEAR: Final = 0.1  # inputs sit 10% (relative) under or over a threshold
+MARGIN: Final = 0.03  # a check is written only where every deciding ratio is 3% clear of its threshold
+LIMIT_NEAR: Final = 0.25  # bound pairs for the consistency limit: within 25% of it
+SEGMENT_MINUTES: Final = 30  # each under/over segment of a 5m-window rule
+
+
+@dataclass(frozen=True)
+class _Condition:
+    """One window comparison of an alert: share of requests in `buckets` over `window` minutes `op` threshold."""
+
+    window: int  # minutes
+    above: float | None  # share of requests slower than this bound (None: faster than or at `at_most`)
+    at_most: float | None
+    op: str  # ">" or "<"
+    threshold: float
+
+
+@dataclass(frozen=True)
+class _Model:
+    rule: AlertRule
+    conditions: tuple[_Condition, ...]
+    guard: int  # requests in the last 5m needed (0: none)
+
+
+def _num(pattern: str, text: str) -> float | None:
+    match = re.search(pattern, text)
+    return float(match.group(1)) if match else None
+
+
+def _le_of(expr: str) -> float | None:
+    match = re.search(r'le(?:=~)?="?([0-9.e+-]+)', expr.replace('le=~"', 'le="'))
+    return float(match.group(1)) if match else None
+
+
+def _models(spec: Spec, rules: Sequence[AlertRule]) -> list[_Model]:
+    out = []
+    for r in rules:
+        if r.request_class is None or r.sli is None:
+            continue
+        rc = next(c for c in spec.classes if c.name == r.request_class)
+        slo = rc.slos[r.sli]
+        if r.kind is AlertKind.BURN_RATE and slo.objective is not None:
+            factor = _num(r"ratio\w+\{[^}]*\} > ([0-9.e+-]+)", r.expr)
+            if factor is None:
+                continue
+            thr = factor * slo.objective.error_budget
+            bound = spec.histogram(rc, r.sli).le_for(slo.objective.threshold)
+            windows = [int(parse_duration(r.labels[k]) // 60) for k in ("long", "short")]
+            guard = _num(r"sli_total:increase5m\{[^}]*\} >= (\d+)", r.expr)
+            conds = tuple(_Condition(w, bound, None, ">", thr) for w in windows)
+            out.append(_Model(r, conds, int(guard or 0)))
+        elif r.kind is AlertKind.TIER:
+            q, le = _num(r"\) < ([0-9.e+-]+)", r.expr), _le_of(r.expr)
+            if q is None or le is None:
+                continue
+            out.append(_Model(r, (_Condition(5, None, le, "<", q),), spec.alerting.min_requests))
+        elif r.kind is AlertKind.SCALE_OUT and slo.objective is not None:
+            bound = spec.histogram(rc, r.sli).le_for(slo.objective.threshold * spec.alerting.scale_out.fraction_of_slo)
+            cond = _Condition(5, bound, None, ">", slo.objective.error_budget)
+            out.append(_Model(r, (cond,), spec.alerting.min_requests))
+    return out
+
+
+Segment = tuple[int, Mapping[int, float], float]  # minutes, finite bucket index -> share (rest slow), requests/min
+
+
+class _Timeline:
+    """Cumulative per-bucket counts of one SLO's requests, minute by minute."""
+
+    def __init__(self, bounds: Sequence[float], segments: Sequence[Segment]) -> None:
+        self.bounds = list(bounds)
+        self.segments = list(segments)
+        per: list[list[float]] = []
+        for minutes, shares, rpm in segments:
+            row = [rpm * shares.get(i, 0.0) for i in range(len(bounds))]
+            row.append(rpm - sum(row))
+            per += [row] * minutes
+        self.cum = [[0.0] * (len(bounds) + 1)]
+        for row in per:
+            self.cum.append([a + b for a, b in zip(self.cum[-1], row, strict=True)])
+
+    @property
+    def minutes(self) -> int:
+        return len(self.cum) - 1
+
+    def _count(self, minute: int, cond: _Condition | None) -> float:
+        row = self.cum[min(minute, self.minutes)]
+        if cond is None:
+            return sum(row)
+        if cond.above is not None:
+            return sum(c for c, b in zip(row, [*self.bounds, math.inf], strict=True) if b > cond.above + 1e-12)
+        assert cond.at_most is not None
+        return sum(c for c, b in zip(row, [*self.bounds, math.inf], strict=True) if b <= cond.at_most + 1e-12)
+
+    def share(self, minute: int, cond: _Condition) -> float | None:
+        start = max(0, minute - cond.window)
+        total = self._count(minute, None) - self._count(start, None)
+        if total <= 0:
+            return None
+        return (self._count(minute, cond) - self._count(start, cond)) / total
+
+    def requests(self, minute: int, window: int = 5) -> float:
+        return self._count(minute, None) - self._count(max(0, minute - window), None)
+
+    def series(self, name: str, base: Mapping[str, str], le_text: Callable[[float], str]) -> list[dict[str, str]]:
+        out = []
+        for i, bound in enumerate([*self.bounds, math.inf]):
+            le = "+Inf" if math.isinf(bound) else le_text(bound)
+            values = _piecewise([sum(self.cum[m][: i + 1]) for m in range(self.minutes + 1)])
+            out.append({"series": selector(f"{name}_bucket", [(k, "=", v) for k, v in {**base, "le": le}.items()]),
+                        "values": values})  # fmt: skip
+        out.append({"series": selector(f"{name}_count", [(k, "=", v) for k, v in base.items()]),
+                    "values": _piecewise([sum(row) for row in self.cum])})  # fmt: skip
+        return out
+
+
+def _le_writer(spec: Spec, rc: RequestClass, sli: Sli) -> Callable[[float], str]:
+    """The `le` label text of a bound of one class's SLI histogram."""
+
+    def write(bound: float) -> str:
+        return _le_text(spec, rc, sli, bound)
+
+    return write
+
+
+def _piecewise(values: Sequence[float]) -> str:
+    """promtool expanding notation for a series of values, one run per constant increment."""
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        step = values[i + 1] - values[i] if i + 1 < len(values) else 0.0
+        while j + 1 < len(values) and abs((values[j + 1] - values[j]) - step) < 1e-9:
+            j += 1
+        parts.append(f"{number(round(values[i], 6))}+{number(round(step, 6))}x{j - i}")
+        i = j + 1
+    return " ".join(parts)
+
+
+def _predict(model: _Model, line: _Timeline, step: int) -> list[tuple[int, bool, bool]]:
+    """(time s, firing, clear) at every evaluation: the rules' state as the model computes it, and whether every
+    deciding input was MARGIN clear of its threshold since the last `for + keep_firing_for + step`."""
+    rule = model.rule
+    hold = _for_seconds(rule)
+    keep = int(parse_duration(rule.keep_firing_for)) if rule.keep_firing_for not in ("", "0s") else 0
+    out = []
+    since: int | None = None
+    firing = False
+    false_since: int | None = None
+    history: list[tuple[int, bool]] = []
+    for t in range(0, line.minutes * 60 + 1, step):
+        minute = t // 60
+        clear = minute >= 10
+        cond = True
+        for c in model.conditions:
+            s = line.share(minute, c)
+            if s is None:
+                cond = False
+                continue
+            if abs(s - c.threshold) <= MARGIN * c.threshold:
+                clear = False
+            cond = cond and (s > c.threshold if c.op == ">" else s < c.threshold)
+        if model.guard:
+            n = line.requests(minute)
+            if abs(n - model.guard) <= 0.05 * model.guard:
+                clear = False
+            cond = cond and n >= model.guard
+        if cond:
+            since = t if since is None else since
+            false_since = None
+            if t - since >= hold:
+                firing = True
+        else:
+            since = None
+            if firing:
+                false_since = t if false_since is None else false_since
+                if t - false_since >= keep:
+                    firing, false_since = False, None
+        history.append((t, clear))
+        horizon = t - hold - keep - step
+        ok = all(c for (u, c) in history if u >= horizon)
+        out.append((t, firing, ok))
+    return out
+
+
+def _alert_count(rule: AlertRule) -> str:
+    labels = {"alertname": rule.name, "alertstate": "firing", **rule.labels}
+    return f"count({selector('ALERTS', [(k, '=', v) for k, v in sorted(labels.items())])})"
+
+
+def _state_checks(models: Sequence[_Model], lines: Mapping[tuple[str, str, Sli], _Timeline]) -> list[dict[str, Any]]:
+    step = _STEP.get()
+    tests = []
+    for model in models:
+        r = model.rule
+        line = lines.get((r.model or "", r.request_class or "", r.sli or Sli.TTFT))
+        if line is None:
+            continue
+        states = _predict(model, line, step)
+        times = {states[-1][0]}
+        for (t0, f0, _), (t1, f1, _) in itertools.pairwise(states):
+            if f0 != f1:
+                times |= {t0, t1}
+        by_time = {t: (f, ok) for t, f, ok in states}
+        for t in sorted(times):
+            firing, ok = by_time[t]
+            if ok and t > 0:
+                tests.append({"expr": _alert_count(r), "eval_time": _dur(t),
+                              "exp_samples": [{"labels": "{}", "value": 1}] if firing else []})  # fmt: skip
+    return tests
+
+
+def _bucket_index(bounds: Sequence[float], bound: float) -> int:
+    return min(range(len(bounds)), key=lambda i: abs(bounds[i] - bound))
+
+
+def _split(bounds: Sequence[float], bound: float, slow: float) -> dict[int, float]:
+    """Requests in the bucket that ends at `bound` and, a share `slow` of them, half in the next bucket and half
+    slower than every bucket (+Inf), so that moving either `le` bound changes the share."""
+    i = _bucket_index(bounds, bound)
+    shares = {i: 1.0 - slow}
+    if i + 1 < len(bounds):
+        shares[i + 1] = slow / 2
+    return shares
+
+
+def _boundary_segments(spec: Spec, model: _Model, bounds: Sequence[float], minutes: int) -> list[list[Segment]]:
+    """Under, then over (two profiles when the rule reads a long window; one under-then-over timeline otherwise)."""
+    c = model.conditions[0]
+    out: list[list[Segment]] = []
+    for near in (1 - NEAR, 1 + NEAR):
+        target = c.threshold * near
+        if c.op == ">":  # share slower than `above`
+            if target >= 1:
+                continue
+            out.append([(minutes, _split(bounds, c.above or 0.0, target), RPM)])
+        else:  # share at or under `at_most`: under the threshold fires
+            good = min(target, (1 + c.threshold) / 2) if near > 1 else target
+            out.append([(minutes, _split(bounds, c.at_most or 0.0, 1 - good), RPM)])
+    return out
+
+
+def _profiles_for_slo(spec: Spec, models: Sequence[_Model], bounds: Sequence[float]) -> dict[str, list[Segment]]:
+    """Named timelines of one SLO: one per burn-rate tier side, one chaining every 5m-window rule's sides, and
+    the traffic guard just under and just over min_requests with every request slow."""
+    profiles: dict[str, list[Segment]] = {}
+    short_chain: list[Segment] = []
+    for model in models:
+        if all(c.window <= 5 for c in model.conditions):
+            for segs in _boundary_segments(spec, model, bounds, SEGMENT_MINUTES):
+                short_chain += segs
+            continue
+        minutes = math.ceil((fires_at(model.rule) + 3 * _STEP.get()) / 60)
+        for side, segs in zip(("under", "over"), _boundary_segments(spec, model, bounds, minutes), strict=False):
+            profiles[f"{model.rule.labels.get('long', '')}/{model.rule.labels.get('short', '')} {side}"] = segs
+    if short_chain:
+        profiles["5m windows"] = short_chain
+    guard = spec.alerting.min_requests
+    for side, near in (("under", 1 - NEAR * 2), ("over", 1 + NEAR * 2)):
+        profiles[f"min_requests {side}"] = [(40, {}, guard * near / 5)]
+    return profiles
+
+
+def _boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Groups of every SLO at once, each on its own timeline: a burn-rate tier's error share 10% under or over
+    factor x budget; the 5m-window rules (tiers, scale-out) under then over, one after the other; traffic just
+    under and over min_requests. Alerts are checked through ALERTS where the model of the rules is clear."""
+    models = _models(spec, [r for r in all_rules if r.kind in (AlertKind.BURN_RATE, AlertKind.TIER,
+                                                               AlertKind.SCALE_OUT)])  # fmt: skip
+    slos = [(rc, sli, m) for rc in spec.classes for sli in rc.slos for m in rc.models]
+    per_slo: dict[tuple[str, str, Sli], dict[str, list[Segment]]] = {}
+    for rc, sli, model in slos:
+        mine = [x for x in models if x.rule.model == model and x.rule.request_class == rc.name and x.rule.sli is sli]
+        per_slo[(model, rc.name, sli)] = _profiles_for_slo(spec, mine, spec.histogram_buckets(rc, sli))
+    names = sorted({n for p in per_slo.values() for n in p}, key=lambda n: (n.startswith("min"), n))
+    groups = []
+    for name in names:
+        lines: dict[tuple[str, str, Sli], _Timeline] = {}
+        inputs: list[dict[str, str]] = []
+        length = max(sum(s[0] for s in p[name]) for p in per_slo.values() if name in p)
+        seen: set[tuple[str, str]] = set()
+        for rc, sli, model in slos:
+            segs = list(per_slo[(model, rc.name, sli)].get(name, []))
+            if not segs:
+                continue
+            pad = length - sum(s[0] for s in segs)
+            if pad > 0:
+                segs.append((pad, segs[-1][1], segs[-1][2]))
+            bounds = spec.histogram_buckets(rc, sli)
+            line = _Timeline(bounds, segs)
+            lines[(model, rc.name, sli)] = line
+            inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
+                                  _le_writer(spec, rc, sli))  # fmt: skip
+            if (model, rc.name) not in seen:
+                seen.add((model, rc.name))
+                inputs.append(_requests_input(spec, model, rc, segs[0][2], length))
+        checks = _state_checks(models, lines)
+        if checks:
+            groups.append({"name": f"boundaries: {name}", "interval": "1m", "input_series": inputs,
+                           "promql_expr_test": checks})  # fmt: skip
+    return groups
+
+
+def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Each engine signal just over its threshold for 20m, then just under: one request waiting on a full engine,
+    then five waiting on an engine one slot short of full; KV cache just over then just under its threshold;
+    preempting 0.1/s, then not at all. The warnings fire during the first part and are resolved after it."""
+    metrics = spec.metrics
+    rules = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
+             and schema.RULE_LABEL_CAUSE not in r.labels]  # fmt: skip
+    if not rules:
+        return []
+    over, under = 20, 25
+    minutes = over + under
+    inputs: list[dict[str, str]] = []
+    for model in spec.models:
+        m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
+        kv = next((r for r in rules if r.model == model.name and r.name == alerts_mod.NAME_KV_FULL), None)
+        limit = _num(r"> ([0-9.e+-]+)", kv.expr) if kv is not None else None
+        kv_over = (limit + (1 - limit) / 2) if limit is not None else 0.5
+        kv_under = limit * (1 - NEAR) if limit is not None else 0.5
+        full = model.max_num_seqs
+        inputs += [
+            {"series": selector(metrics.requests_waiting, m), "values": f"1x{over - 1} 5x{under}"},
+            {"series": selector(metrics.requests_running, m), "values": f"{full}x{over - 1} {full - 1}x{under}"},
+            {"series": selector(metrics.kv_cache_usage, m),
+             "values": f"{number(kv_over)}x{over - 1} {number(kv_under)}x{under}"},
+            {"series": selector(metrics.preemptions, m), "values": _piecewise([6.0 * min(i, over)
+                                                                               for i in range(minutes + 1)])},
+            {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
+        ]  # fmt: skip
+    step = _STEP.get()
+    fire_at = math.ceil((over - 5) * 60 / step) * step
+    quiet_at = math.floor(minutes * 60 / step) * step
+    tests = []
+    for r in rules:
+        if fires_at(r) + step <= fire_at:
+            tests.append({"expr": _alert_count(r), "eval_time": _dur(fire_at),
+                          "exp_samples": [{"labels": "{}", "value": 1}]})  # fmt: skip
+        tests.append({"expr": _alert_count(r), "eval_time": _dur(quiet_at), "exp_samples": []})
+    groups = [{"name": "engines just over every threshold for 20m, then just under", "interval": "1m",
+               "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
+    return groups + _engine_cause_groups(spec, all_rules)
+
+
+def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Every request slow (the SLO pages fire) while every engine is full, queueing, at 99% KV cache and
+    preempting: the engine alerts fire as causes inside the page (severity of the page, cause: engine) and their
+    warning copies stay silent."""
+    metrics = spec.metrics
+    causes = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
+              and schema.RULE_LABEL_CAUSE in r.labels]  # fmt: skip
+    warnings = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
+                and schema.RULE_LABEL_CAUSE not in r.labels]  # fmt: skip
+    pages = [r for r in all_rules if r.kind is AlertKind.BURN_RATE
+             and r.labels.get("severity") == spec.alerting.severity.page]  # fmt: skip
+    if not causes or not pages:
+        return []
+    step = _STEP.get()
+    at = math.ceil((min(fires_at(r) for r in pages) + 30 * 60) / step) * step
+    minutes = at // 60 + 5
+    inputs: list[dict[str, str]] = []
+    for rc in spec.classes:
+        for sli, slo in rc.slos.items():
+            if slo.objective is None:
+                continue
+            for model_name in rc.models:
+                inputs += _histogram_inputs(spec, model_name, rc, sli, Scenario({}), minutes)[0]
+    for model in spec.models:
+        m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
+        inputs += [
+            {"series": selector(metrics.requests_waiting, m), "values": f"5x{minutes}"},
+            {"series": selector(metrics.requests_running, m), "values": f"{model.max_num_seqs}x{minutes}"},
+            {"series": selector(metrics.kv_cache_usage, m), "values": f"0.99x{minutes}"},
+            {"series": selector(metrics.preemptions, m), "values": _series_values(60, minutes)},
+            {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
+        ]
+    tests = [{"expr": _alert_count(r), "eval_time": _dur(at), "exp_samples": [{"labels": "{}", "value": 1}]}
+             for r in causes]  # fmt: skip
+    tests += [{"expr": _alert_count(r), "eval_time": _dur(at), "exp_samples": []} for r in warnings]
+    return [{"name": "pages firing while every engine is full: the engine alerts fire inside the page, not as "
+                     "warnings", "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
+
+
+def _p99_shares(bounds: Sequence[float], target: float) -> dict[int, float] | None:
+    """Bucket shares whose p99 (histogram_quantile's interpolation) is `target`: a share in the lowest bucket,
+    the rest in the bucket holding `target`; None when no finite bucket can."""
+    for k, hi in enumerate(bounds):
+        lo = bounds[k - 1] if k else 0.0
+        if lo < target <= hi and k > 0:
+            x = (target - lo) / (hi - lo)
+            if x > 0.98:
+                return None
+            f = (0.99 - x) / (1 - x)
+            return {0: f, k: 1 - f}
+    return None
+
+
+def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """The baseline from raw history: `offset` of steady latency, then 25m with p99 10% over ratio x that day's
+    p99, then 25m 10% under it. Fires in the first part, resolved in the second. A median-of-days baseline reads
+    the one day that exists (the median of one value): a week of history at the tests' step would take minutes."""
+    rules = [r for r in all_rules if r.kind is AlertKind.BASELINE]
+    if not rules:
+        return []
+    base = spec.alerting.baseline
+    history = int(base.offset // 60)
+    part = 25
+    minutes = history + 2 * part
+    step = _STEP.get()
+    inputs: list[dict[str, str]] = []
+    tests: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for r in rules:
+        rc = next(c for c in spec.classes if c.name == r.request_class)
+        sli = r.sli
+        if sli is None or r.model is None:
+            continue
+        bounds = spec.histogram_buckets(rc, sli)
+        if len(bounds) < 3:
+            continue
+        p99_0 = bounds[0] * 0.99
+        over = _p99_shares(bounds, base.ratio * p99_0 * (1 + NEAR))
+        under = _p99_shares(bounds, base.ratio * p99_0 * (1 - NEAR))
+        if over is None or under is None:
+            continue
+        line = _Timeline(bounds, [(history, {0: 1.0}, RPM), (part, over, RPM), (part, under, RPM)])
+        inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, r.model, rc, sli),
+                              _le_writer(spec, rc, sli))  # fmt: skip
+        if (r.model, rc.name) not in seen:
+            seen.add((r.model, rc.name))
+            inputs.append(_requests_input(spec, r.model, rc, RPM, minutes))
+        before = math.floor(history * 60 / step) * step
+        pending = before + _for_seconds(r)  # true from the first evaluation after the change at the latest
+        firing = math.floor((history + part) * 60 / step) * step
+        end = math.floor(minutes * 60 / step) * step
+        for at, fires in ((before, False), (pending, False), (firing, True), (end, False)):
+            tests.append({"expr": _alert_count(r), "eval_time": _dur(at),
+                          "exp_samples": [{"labels": "{}", "value": 1}] if fires else []})  # fmt: skip
+    if not tests:
+        return []
+    name = (f"baseline from raw history: {prom_duration(history * 60)} with p99 in the first bucket, then p99 "
+            f"{NEAR:.0%} over {number(base.ratio)}x it for {part}m, then {NEAR:.0%} under for {part}m")  # fmt: skip
+    return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
+
+
+def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """p99/p50 from bucket edges, bucket by bucket: 60% of requests in one bucket and 40% in another, so that
+    p50's upper edge and p99's lower edge step through every bound (the record's value is checked at the end of
+    each 10m step), then a pair of bounds just over the limit and one just under it (the alert fires, then
+    resolves)."""
+    rules = [r for r in all_rules if r.kind is AlertKind.CONSISTENCY]
+    if not rules:
+        return []
+    step = _STEP.get()
+    part, near_part = 10, 25
+    plans: list[tuple[AlertRule, RequestClass, Sli, list[Segment], list[tuple[int, float | None, bool | None]]]] = []
+    for r in rules:
+        rc = next(c for c in spec.classes if c.name == r.request_class)
+        if r.sli is None or r.model is None:
+            continue
+        slo = rc.slos[r.sli]
+        if slo.consistency is None:
+            continue
+        limit = slo.consistency.max_p99_over_p50
+        bounds = spec.histogram_buckets(rc, r.sli)
+        n = len(bounds)
+        pairs = [(0, k) for k in range(1, n + 1)] + [(j, n) for j in range(1, n)]
+        segments: list[Segment] = []
+        checks: list[tuple[int, float | None, bool | None]] = []
+        for j, k in pairs:
+            shares = {j: 0.6, **({k: 0.4} if k < n else {})}
+            segments.append((part, shares, RPM))
+            checks.append((sum(s[0] for s in segments), bounds[k - 1] / bounds[j], None))
+        ratios = [(bounds[k - 1] / bounds[j], j, k) for j in range(n) for k in range(j + 2, n + 1)]
+        hi, lo = limit * (1 + LIMIT_NEAR), limit * (1 - LIMIT_NEAR)
+        over = [(j, k) for x, j, k in ratios if limit * (1 + MARGIN) < x < hi * (1 - MARGIN)]
+        under = [(j, k) for x, j, k in ratios if lo * (1 + MARGIN) < x < limit * (1 - MARGIN)]
+        for side, fires in ((over, True), (under, False)):
+            if side:
+                j, k = side[0]
+                segments.append((near_part, {j: 0.6, **({k: 0.4} if k < n else {})}, RPM))
+                checks.append((sum(s[0] for s in segments), bounds[k - 1] / bounds[j], fires))
+        plans.append((r, rc, r.sli, segments, checks))
+    if not plans:
+        return []
+    length = max(sum(s[0] for s in p[3]) for p in plans)
+    inputs: list[dict[str, str]] = []
+    tests: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for r, rc, sli, segments, checks in plans:
+        model = r.model or ""
+        pad = length - sum(s[0] for s in segments)
+        line = _Timeline(spec.histogram_buckets(rc, sli), [*segments, *([(pad, segments[-1][1], RPM)] if pad else [])])
+        inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
+                              _le_writer(spec, rc, sli))  # fmt: skip
+        if (model, rc.name) not in seen:
+            seen.add((model, rc.name))
+            inputs.append(_requests_input(spec, model, rc, RPM, length))
+        labels = sorted(_slo_series_labels(spec, model, rc, sli).items())
+        record = selector(schema.RECORD_CONSISTENCY_LOWER, [(k, "=", v) for k, v in labels])
+        for minute, value, state in checks:
+            at = math.floor(minute * 60 / step) * step
+            if state is None and value is not None:
+                tests.append({"expr": record, "eval_time": _dur(at),
+                              "exp_samples": [{"labels": record, "value": value}]})  # fmt: skip
+            elif state is not None:
+                tests.append({"expr": _alert_count(r), "eval_time": _dur(at),
+                              "exp_samples": [{"labels": "{}", "value": 1}] if state else []})  # fmt: skip
+    return [{"name": "consistency bucket by bucket: 60% of requests in one bucket, 40% in another; then p99/p50 "
+                     "just over and just under the limit", "interval": "1m", "input_series": inputs,
+             "promql_expr_test": tests}]  # fmt: skip

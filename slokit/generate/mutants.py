@@ -1,0 +1,488 @@
+"""Mutation check of the generated promtool tests: break the generated rules on purpose, see the tests fail.
+
+Each mutant is the spec's rule file with one change a plausible bug would make: a numeric literal scaled (a burn
+factor, a tier share, a min_requests guard, a quantile), a range or offset halved, doubled or dropped (tiling,
+windows, the baseline's offset), a comparison turned round (or a strict comparison against an integer made
+non-strict: counts can sit exactly on it), an `and`/`unless`/`or` operand dropped, a recording rule deleted, an
+alert's `for` or `keep_firing_for` changed, an `le` bound moved to the neighbouring bucket.
+
+A mutant is *killed* when `promtool test rules` fails on the spec's own generated tests run against it; one that
+`promtool check rules` refuses is *invalid* (counted apart: it would never load, so no test is needed to catch it).
+Strict/non-strict swaps against non-integer thresholds are not generated: on continuous inputs they are
+equivalent mutants that no finite test can tell apart.
+
+Each mutant belongs to alert families (`FAMILY_OF_KIND`): an alert's own, or for a recording rule every family
+whose alerts read the record (through other records, label by label). Mutants no alert reads (dashboard-only
+records) are left out. The sample is deterministic for a seed: stratified over the families, round robin.
+
+Pure functions build and sample mutants; `run_mutants` runs them (promtool, two workers, a time limit each).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from slokit.generate.model import AlertKind, AlertRule, RecordingRule, RuleGroup
+from slokit.promql import le_matcher, number, quote
+from slokit.spec import Spec
+from slokit.units import parse_duration, prom_duration
+
+FAMILY_OF_KIND: Final[Mapping[AlertKind, str]] = {
+    AlertKind.BURN_RATE: "burn rate",
+    AlertKind.TIER: "tiers",
+    AlertKind.BASELINE: "baseline",
+    AlertKind.SCALE_OUT: "scale-out",
+    AlertKind.CONSISTENCY: "consistency",
+    AlertKind.QUEUE_OVERLOAD: "engine",
+    AlertKind.KV_CACHE: "engine",
+    AlertKind.ABSENT: "absent",
+    AlertKind.EXPORTER_GONE: "absent",
+}
+FAMILIES: Final = tuple(dict.fromkeys(FAMILY_OF_KIND.values()))
+SCALE: Final = 0.25  # numeric literals are scaled by 1 +- SCALE (0 becomes 1)
+DEFAULT_SEED: Final = 16
+DEFAULT_WORKERS: Final = 2
+DEFAULT_TIMEOUT_S: Final = 180.0
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One change to one rule of the spec's rule groups."""
+
+    index: int  # position in the full, unsampled list
+    operator: str  # number, range, offset, comparison, clause, delete, for, keep_firing_for, le
+    group: int
+    rule: int
+    rule_name: str
+    description: str
+    families: frozenset[str]
+    replacement: dict[str, Any] | None  # the rule's new rule-file form; None deletes it
+
+
+@dataclass
+class Outcome:
+    """What promtool said of one mutant."""
+
+    mutant: Mutant
+    status: str  # killed, survived, invalid, timeout
+    seconds: float
+    output: str = ""
+
+
+@dataclass
+class Report:
+    """Kill counts per family and overall."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    baseline_ok: bool = True
+    baseline_output: str = ""
+
+    def counts(self, family: str | None = None) -> dict[str, int]:
+        """killed/survived/invalid/timeout counts of the mutants of `family` (None: all)."""
+        out = {"killed": 0, "survived": 0, "invalid": 0, "timeout": 0}
+        for o in self.outcomes:
+            if family is None or family in o.mutant.families:
+                out[o.status] += 1
+        return out
+
+    def score(self, family: str | None = None) -> float | None:
+        """Killed over valid mutants (killed + survived + timed out); None when there are none."""
+        c = self.counts(family)
+        valid = c["killed"] + c["survived"] + c["timeout"]
+        return c["killed"] / valid if valid else None
+
+    def table(self) -> str:
+        """A plain-text table: one row per family that has mutants, then overall."""
+        rows = [("family", "killed", "survived", "timeout", "invalid", "score")]
+        for family in [*FAMILIES, None]:
+            c = self.counts(family)
+            if family is not None and not any(c.values()):
+                continue
+            s = self.score(family)
+            rows.append((family or "overall", str(c["killed"]), str(c["survived"]), str(c["timeout"]),
+                         str(c["invalid"]), "-" if s is None else f"{s:.0%}"))  # fmt: skip
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+    def survivors(self) -> list[Mutant]:
+        """The mutants the tests did not kill."""
+        return [o.mutant for o in self.outcomes if o.status == "survived"]
+
+
+# ==============================================================================================================
+# Expression scanning
+# ==============================================================================================================
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NUMBER = re.compile(r"(?<![\w.:\"])(\d+(?:\.\d+)?(?:e[+-]?\d+)?)(?![\w.:])")
+_RANGE = re.compile(r"\[(\d+[smhdwy][\dsmhdwy]*)(?::[^\]]*)?\]")
+_OFFSET = re.compile(r"\s+offset\s+(\d+[smhdwy][\dsmhdwy]*)")
+_COMPARISON = re.compile(r"(>=|<=|==|!=|>|<)")
+_SET_OP = re.compile(r"\b(and|or|unless)\b")
+_LE = re.compile(r'le(=~|=)"((?:[^"\\]|\\.)*)"')
+_SELECTOR = re.compile(r"([a-zA-Z_:][\w:]*)\s*(\{[^}]*\})?")
+_EQ = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def _masked(expr: str) -> str:
+    """`expr` with quoted strings and `{...}` matcher sets blanked (same length), for operator scanning."""
+    out = _QUOTED.sub(lambda m: " " * len(m.group(0)), expr)
+    return re.sub(r"\{[^}]*\}", lambda m: " " * len(m.group(0)), out)
+
+
+def _depths(masked: str) -> list[int]:
+    """Paren/bracket depth at each character."""
+    depth, out = 0, []
+    for ch in masked:
+        if ch in "([":
+            out.append(depth)
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            out.append(depth)
+        else:
+            out.append(depth)
+    return out
+
+
+def _precedence(op: str) -> int:
+    return 1 if op == "or" else 2
+
+
+def _set_ops(expr: str) -> list[tuple[int, int, str, int]]:
+    """(start, end, op, depth) of every set operator outside strings and matchers."""
+    masked = _masked(expr)
+    depths = _depths(masked)
+    return [(m.start(), m.end(), m.group(1), depths[m.start()]) for m in _SET_OP.finditer(masked)]
+
+
+def _operand_end(expr: str, op_end: int, depth: int, precedence: int) -> int:
+    """Where the right operand of a set operator ends: the next operator of no higher precedence at its depth,
+    the paren that closes its depth, or the end."""
+    masked = _masked(expr)
+    depths = _depths(masked)
+    for start, _, op, d in _set_ops(expr):
+        if start > op_end and d == depth and _precedence(op) <= precedence:
+            return start
+    for i in range(op_end, len(masked)):
+        if masked[i] in ")]" and depths[i] < depth:
+            return i
+    return len(expr)
+
+
+def _operand_start(expr: str, op_start: int, depth: int, precedence: int) -> int:
+    """Where the left operand of a set operator starts (mirror of `_operand_end`)."""
+    masked = _masked(expr)
+    depths = _depths(masked)
+    best = 0
+    for _, end, op, d in _set_ops(expr):
+        if end <= op_start and d == depth and _precedence(op) <= precedence:
+            best = max(best, end)
+    for i in range(op_start - 1, best - 1, -1):
+        if masked[i] in "([" and depths[i] < depth:
+            return i + 1
+    return best
+
+
+def _tidy(expr: str) -> str:
+    return re.sub(r"\n\s*\n", "\n", expr).strip()
+
+
+def _scaled(value: float) -> list[float]:
+    if value == 0:
+        return [1.0]
+    return [float(f"{value * (1 + SCALE):.6g}"), float(f"{value * (1 - SCALE):.6g}")]
+
+
+def _durations(text: str) -> list[str]:
+    seconds = parse_duration(text)
+    return [prom_duration(seconds * 2), prom_duration(max(seconds / 2, 1))]
+
+
+def _buckets_for(spec: Spec, expr: str, position: int) -> list[float]:
+    """The bucket bounds of the histogram an `le` matcher at `position` selects (by the selector's metric name
+    and its class/slo matchers), or the union of every histogram's bounds."""
+    start = expr.rfind("{", 0, position)
+    head = re.search(r"([a-zA-Z_:][\w:]*)\s*$", expr[:start]) if start >= 0 else None
+    name = head.group(1) if head else ""
+    end = expr.find("}", position)
+    labels = dict(_EQ.findall(expr[start:end])) if start >= 0 else {}
+    found: set[float] = set()
+    for rc in spec.classes:
+        if "class" in labels and labels["class"] != rc.name:
+            continue
+        for sli in rc.slos:
+            if "slo" in labels and labels["slo"] != sli.value:
+                continue
+            hist = spec.histogram(rc, sli)
+            if name.endswith("_bucket") and name != f"{hist.name}_bucket":
+                continue
+            found.update(spec.histogram_buckets(rc, sli))
+    if not found:
+        found = {b for rc in spec.classes for sli in rc.slos for b in spec.histogram_buckets(rc, sli)}
+    return sorted(found)
+
+
+def _le_value(op: str, text: str) -> float | None:
+    raw = text.split("|")[0].replace("\\\\", "\\").replace("\\.", ".") if op == "=~" else text
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def _le_text(seconds: float) -> str:
+    label, op, value = le_matcher(seconds)
+    return f"{label}{op}{quote(value)}"
+
+
+def expr_mutations(expr: str, spec: Spec) -> Iterator[tuple[str, str, str]]:
+    """(operator, description, new expr) for every mutation site of one expression."""
+    masked = _masked(expr)
+    for m in _NUMBER.finditer(masked):
+        value = float(m.group(1))
+        for scaled in _scaled(value):
+            text = number(scaled)
+            yield "number", f"{m.group(1)} -> {text}", expr[: m.start()] + text + expr[m.end() :]
+    for m in _RANGE.finditer(masked):
+        s, e = m.span(1)
+        for duration in _durations(m.group(1)):
+            yield "range", f"[{m.group(1)}] -> [{duration}]", expr[:s] + duration + expr[e:]
+    for m in _OFFSET.finditer(masked):
+        s, e = m.span(1)
+        for duration in _durations(m.group(1)):
+            yield "offset", f"offset {m.group(1)} -> offset {duration}", expr[:s] + duration + expr[e:]
+        yield "offset", f"offset {m.group(1)} dropped", expr[: m.start()] + expr[m.end() :]
+    for m in _COMPARISON.finditer(masked):
+        op = m.group(1)
+        rest = masked[m.end() :].lstrip()
+        integer = re.match(r"\d+(?![\w.])", rest) is not None
+        swaps = {">": ["<"], "<": [">"], ">=": ["<"], "<=": [">"], "==": ["!="], "!=": ["=="]}[op]
+        if integer:
+            swaps += {">": [">="], ">=": [">"], "<": ["<="], "<=": ["<"]}.get(op, [])
+        for swap in swaps:
+            yield "comparison", f"{op} -> {swap}", expr[: m.start()] + swap + expr[m.end() :]
+    for start, end, op, depth in _set_ops(expr):
+        p = _precedence(op)
+        stop = _operand_end(expr, end, depth, p)
+        right = " ".join(expr[start:stop].split())
+        yield "clause", f"dropped `{right[:80]}`", _tidy(expr[:start] + expr[stop:])
+        if op == "or":
+            begin = _operand_start(expr, start, depth, p)
+            left = " ".join(expr[begin:start].split())
+            yield "clause", f"dropped `{left[:80]} or`", _tidy(expr[:begin] + expr[end:])
+    for m in _LE.finditer(expr):
+        bound = _le_value(m.group(1), m.group(2))
+        if bound is None:
+            continue
+        bounds = _buckets_for(spec, expr, m.start())
+        neighbours = [b for b in bounds if b < bound - 1e-12][-1:] + [b for b in bounds if b > bound + 1e-12][:1]
+        for new in neighbours:
+            text = _le_text(new)
+            yield "le", f"{m.group(0)} -> {text}", expr[: m.start()] + text + expr[m.end() :]
+
+
+def _duration_changes(text: str) -> list[tuple[str, str]]:
+    if text in ("", "0s"):
+        return []
+    seconds = parse_duration(text)
+    out = [("", "dropped"), (prom_duration(seconds * 2), "doubled")]
+    if seconds >= 2:
+        out.append((prom_duration(seconds / 2), "halved"))
+    return out
+
+
+def rule_mutations(rule: RecordingRule | AlertRule, spec: Spec) -> Iterator[tuple[str, str, dict[str, Any] | None]]:
+    """(operator, description, replacement rule data or None to delete) for one rule."""
+    data = rule.to_data()
+    for operator, description, expr in expr_mutations(rule.expr, spec):
+        if expr != rule.expr:
+            yield operator, description, {**data, "expr": expr}
+    if isinstance(rule, RecordingRule):
+        yield "delete", "recording rule deleted", None
+        return
+    for key, value in (("for", rule.for_), ("keep_firing_for", rule.keep_firing_for)):
+        for new, how in _duration_changes(value):
+            changed = {k: v for k, v in data.items() if k != key}
+            if new:
+                changed = {**data, key: new}
+            yield key, f"{key} {value} {how}", changed
+
+
+# ==============================================================================================================
+# Families: which alerts read which recording rule
+# ==============================================================================================================
+def _references(expr: str, names: set[str]) -> list[tuple[str, dict[str, str]]]:
+    """(record name, equality matchers) of every selector of a recorded series in `expr`."""
+    out = []
+    stripped = _QUOTED.sub(lambda m: '"' + "x" * (len(m.group(0)) - 2) + '"', expr)
+    for m in _SELECTOR.finditer(stripped):
+        if m.group(1) in names:
+            braces = expr[m.start(2) : m.end(2)] if m.group(2) else ""
+            out.append((m.group(1), dict(_EQ.findall(braces))))
+    return out
+
+
+def _feeds(record: RecordingRule, matchers: Mapping[str, str]) -> bool:
+    """Whether a record rule's output can match a selector's equality matchers (by its static labels)."""
+    return all(record.labels.get(k, v) == v for k, v in matchers.items())
+
+
+def rule_families(groups: Sequence[RuleGroup]) -> dict[tuple[int, int], frozenset[str]]:
+    """(group, rule) index -> the alert families that read the rule (directly or through other records)."""
+    records = {(g, r): rule for g, group in enumerate(groups) for r, rule in enumerate(group.rules)
+               if isinstance(rule, RecordingRule)}  # fmt: skip
+    names = {rule.record for rule in records.values()}
+    by_name: dict[str, list[tuple[int, int]]] = {}
+    for key, rule in records.items():
+        by_name.setdefault(rule.record, []).append(key)
+    families: dict[tuple[int, int], set[str]] = {key: set() for key in records}
+
+    def mark(expr: str, family: str, seen: set[tuple[int, int]]) -> None:
+        for name, matchers in _references(expr, names):
+            for key in by_name[name]:
+                if key in seen or not _feeds(records[key], matchers):
+                    continue
+                seen.add(key)
+                families[key].add(family)
+                mark(records[key].expr, family, seen)
+
+    out: dict[tuple[int, int], frozenset[str]] = {}
+    for g, group in enumerate(groups):
+        for r, alert in enumerate(group.rules):
+            if isinstance(alert, AlertRule):
+                family = FAMILY_OF_KIND[alert.kind]
+                out[(g, r)] = frozenset({family})
+                mark(alert.expr, family, set())
+    out.update({key: frozenset(value) for key, value in families.items()})
+    return out
+
+
+# ==============================================================================================================
+# Building and sampling
+# ==============================================================================================================
+def all_mutants(spec: Spec, groups: Sequence[RuleGroup]) -> list[Mutant]:
+    """Every mutant of the spec's rule groups that some alert family reads, in a fixed order."""
+    families = rule_families(groups)
+    out: list[Mutant] = []
+    for g, group in enumerate(groups):
+        for r, rule in enumerate(group.rules):
+            fam = families[(g, r)]
+            if not fam:
+                continue
+            name = rule.record if isinstance(rule, RecordingRule) else rule.name
+            for operator, description, replacement in rule_mutations(rule, spec):
+                out.append(Mutant(len(out), operator, g, r, name, description, fam, replacement))
+    return out
+
+
+def sample(mutants: Sequence[Mutant], n: int, seed: int = DEFAULT_SEED) -> list[Mutant]:
+    """`n` mutants (all if fewer), stratified over families: each family's mutants shuffled with `seed`, then
+    taken round robin in FAMILIES order; returned in index order."""
+    rng = random.Random(seed)
+    pools: dict[str, list[Mutant]] = {}
+    for family in FAMILIES:
+        pool = [m for m in mutants if family in m.families]
+        rng.shuffle(pool)
+        if pool:
+            pools[family] = pool
+    chosen: dict[int, Mutant] = {}
+    while len(chosen) < min(n, len(mutants)) and any(pools.values()):
+        for family in FAMILIES:
+            pool = pools.get(family, [])
+            while pool and pool[0].index in chosen:
+                pool.pop(0)
+            if pool and len(chosen) < n:
+                m = pool.pop(0)
+                chosen[m.index] = m
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def mutated_rule_file(groups: Sequence[RuleGroup], mutant: Mutant) -> dict[str, Any]:
+    """The rule-file data of the groups with the mutant applied."""
+    out = []
+    for g, group in enumerate(groups):
+        data = group.to_data()
+        if g == mutant.group:
+            rules = list(data["rules"])
+            if mutant.replacement is None:
+                del rules[mutant.rule]
+            else:
+                rules[mutant.rule] = mutant.replacement
+            data = {**data, "rules": rules}
+        out.append(data)
+    return {"groups": out}
+
+
+# ==============================================================================================================
+# Running
+# ==============================================================================================================
+def _run_one(
+    rules_text: str, tests_text: str, rules_name: str, timeout: float
+) -> tuple[str, float, str]:  # fmt: skip
+    """(status, seconds, output) of promtool on one rule file and the spec's test file."""
+    import subprocess
+
+    from slokit.local.prometheus import PROMTOOL_BINARY, _require_binary
+
+    promtool = _require_binary(PROMTOOL_BINARY)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="slokit-mutant-") as folder:
+        root = Path(folder)
+        (root / rules_name).write_text(rules_text, encoding="utf-8")
+        (root / "tests.yaml").write_text(tests_text, encoding="utf-8")
+        check = subprocess.run([promtool, "check", "rules", rules_name], cwd=root, capture_output=True, text=True,
+                               timeout=timeout, check=False)  # fmt: skip
+        if check.returncode != 0:
+            return "invalid", time.monotonic() - started, check.stdout + check.stderr
+        try:
+            done = subprocess.run([promtool, "test", "rules", "tests.yaml"], cwd=root, capture_output=True,
+                                  text=True, timeout=timeout, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return "timeout", time.monotonic() - started, ""
+    status = "survived" if done.returncode == 0 else "killed"
+    return status, time.monotonic() - started, (done.stdout + done.stderr)[-2000:]
+
+
+def run_mutants(
+    spec: Spec, n: int, *, seed: int = DEFAULT_SEED, workers: int = DEFAULT_WORKERS,
+    timeout: float = DEFAULT_TIMEOUT_S, mutants: Iterable[Mutant] | None = None,
+) -> Report:  # fmt: skip
+    """Sample `n` mutants of the spec's generated rules and run the spec's generated tests on each.
+
+    The unmutated rules run first; when they fail their own tests nothing else runs (`baseline_ok` False)."""
+    from slokit.generate import promtool_tests
+    from slokit.generate.rules import rule_groups, rules_path
+    from slokit.generate.writer import to_yaml
+
+    groups = rule_groups(spec)
+    rules_name = rules_path(spec).removeprefix("rules/")
+    tests_text = to_yaml(promtool_tests.unit_tests(spec))
+    chosen = list(mutants) if mutants is not None else sample(all_mutants(spec, groups), n, seed)
+    report = Report()
+    status, _, output = _run_one(to_yaml({"groups": [g.to_data() for g in groups]}), tests_text, rules_name, timeout)
+    if status != "survived":
+        report.baseline_ok, report.baseline_output = False, output
+        return report
+
+    def one(mutant: Mutant) -> Outcome:
+        text = to_yaml(mutated_rule_file(groups, mutant))
+        status, seconds, output = _run_one(text, tests_text, rules_name, timeout)
+        return Outcome(mutant, status, seconds, output)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        report.outcomes = list(pool.map(one, chosen))
+    return report
+
+
+__all__ = [
+    "FAMILIES", "FAMILY_OF_KIND", "Mutant", "Outcome", "Report", "all_mutants", "expr_mutations",
+    "mutated_rule_file", "rule_families", "rule_mutations", "run_mutants", "sample",
+]  # fmt: skip

@@ -1,0 +1,107 @@
+"""The mutation check: mutants are built as documented, and the generated tests kill enough of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slokit.generate import alerts
+from slokit.generate import mutants as m
+from slokit.generate.model import AlertKind
+from slokit.generate.rules import rule_groups
+from slokit.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ["assistant", "assistant-vllm", "summarize"]
+
+
+def _spec(name: str):  # type: ignore[no-untyped-def]
+    return load_spec(ROOT / "examples" / f"{name}.yaml")
+
+
+def test_expr_mutations_cover_each_operator() -> None:
+    spec = _spec("assistant")
+    expr = (
+        'slokit:burn_rate:ratio1h{service="a",slo="ttft",le="0.5"} > 13.44\nand\n'
+        'rate(x_bucket{le="0.5"}[5m] offset 1d) >= 30'
+    )
+    found = {(op, d) for op, d, _ in m.expr_mutations(expr, spec)}
+    descriptions = {d for _, d in found}
+    assert "13.44 -> 16.8" in descriptions and "13.44 -> 10.08" in descriptions
+    assert "30 -> 37.5" in descriptions
+    assert "[5m] -> [10m]" in descriptions and "offset 1d dropped" in descriptions
+    assert "> -> <" in descriptions and ">= -> >" in descriptions and "> -> >=" not in descriptions
+    assert any(op == "clause" and d.startswith("dropped `and rate(") for op, d in found)
+    assert any(op == "le" for op, _ in found)
+    # label values and metric names are never touched as numbers
+    assert not any(d.startswith(("0.5 ->", "1 ->", "5 ->")) for _, d in found)
+
+
+def test_dropped_clause_keeps_the_rest() -> None:
+    spec = _spec("assistant")
+    expr = "a > 1\nand on (x)\nb >= 30\nunless\nc"
+    dropped = {new for op, _, new in m.expr_mutations(expr, spec) if op == "clause"}
+    assert "a > 1\nunless\nc" in dropped
+    assert "a > 1\nand on (x)\nb >= 30" in dropped
+    assert m.expr_mutations("(a or b) > 0", spec)
+    ors = {new for op, _, new in m.expr_mutations("(a or b) > 0", spec) if op == "clause"}
+    assert ors == {"(a ) > 0", "( b) > 0"}
+
+
+def test_families_follow_records_label_by_label() -> None:
+    spec = _spec("assistant")
+    groups = rule_groups(spec)
+    families = m.rule_families(groups)
+    by_record: dict[str, set[str]] = {}
+    for (g, r), fam in families.items():
+        rule = groups[g].rules[r]
+        name = getattr(rule, "record", None)
+        if name is not None:
+            by_record.setdefault(f"{name}{dict(rule.labels)}", set()).update(fam)
+    assert by_record["slokit:sli_total:increase5m{'service': 'assistant'}"] >= {"burn rate", "absent"}
+    assert "baseline" in by_record["slokit:latency_seconds:p99_baseline{}"]
+    # the p50 record feeds no baseline alert (it reads quantile="0.99")
+    assert "baseline" not in by_record["slokit:latency_seconds:quantile5m{'quantile': '0.5'}"]
+    assert set(m.FAMILY_OF_KIND) == set(AlertKind)
+
+
+def test_sample_is_deterministic_and_stratified() -> None:
+    spec = _spec("summarize")
+    everything = m.all_mutants(spec, rule_groups(spec))
+    first = m.sample(everything, 21, seed=3)
+    assert first == m.sample(everything, 21, seed=3)
+    assert first != m.sample(everything, 21, seed=4)
+    assert len(first) == 21
+    for family in m.FAMILIES:
+        assert sum(family in x.families for x in first) >= 3
+
+
+def test_deleted_record_and_changed_for() -> None:
+    spec = _spec("assistant")
+    groups = rule_groups(spec)
+    everything = m.all_mutants(spec, groups)
+    delete = next(x for x in everything if x.operator == "delete")
+    data = m.mutated_rule_file(groups, delete)
+    assert len(data["groups"][delete.group]["rules"]) == len(groups[delete.group].rules) - 1
+    dropped_for = next(x for x in everything if x.operator == "for" and "dropped" in x.description)
+    assert dropped_for.replacement is not None and "for" not in dropped_for.replacement
+
+
+@pytest.mark.prometheus
+@pytest.mark.slow
+def test_generated_tests_kill_a_changed_burn_factor_and_a_moved_tier_bucket(promtool_path: str) -> None:
+    """Two of the breakages the generated tests used to miss, run through the harness on promtool: a burn-rate
+    factor scaled, and a tier alert's `le` moved to the neighbouring bucket. (The sampled score over all mutation
+    kinds is measured with `slokit generate SPEC --mutants N` and stated in docs/rules.md; it is not yet at the 90%
+    the generated tests aim for, so it is not asserted here.)"""
+    spec = _spec("summarize")
+    everything = m.all_mutants(spec, rule_groups(spec))
+    factor = next(x for x in everything if x.rule_name == alerts.NAME_BURN and x.operator == "number")
+    tier = next(x for x in everything if x.rule_name in (alerts.NAME_CRITICAL, alerts.NAME_ACCEPTABLE)
+                and x.operator == "le")  # fmt: skip
+    report = m.run_mutants(spec, 2, mutants=[factor, tier])
+    assert report.baseline_ok, report.baseline_output
+    assert [o.status for o in report.outcomes] == ["killed", "killed"], [
+        (o.mutant.description, o.status) for o in report.outcomes
+    ]
