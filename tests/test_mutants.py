@@ -13,7 +13,6 @@ from slokit.generate.rules import rule_groups
 from slokit.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ["assistant", "assistant-vllm", "summarize"]
 
 
 def _spec(name: str):  # type: ignore[no-untyped-def]
