@@ -1018,7 +1018,10 @@ def _boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     under and over min_requests. Alerts are checked through ALERTS where the model of the rules is clear."""
     models = _models(spec, [r for r in all_rules if r.kind in (AlertKind.BURN_RATE, AlertKind.TIER,
                                                                AlertKind.SCALE_OUT)])  # fmt: skip
-    slos = [(rc, sli, m) for rc in spec.classes for sli in rc.slos for m in rc.models]
+    # SLOs on histograms of the spec's own (`metric:`) keep the scenarios above only: the boundary model assumes the
+    # source's own series and labels.
+    slos = [(rc, sli, m) for rc in spec.classes for sli, slo in rc.slos.items() if slo.metric is None
+            for m in rc.models]  # fmt: skip
     per_slo: dict[tuple[str, str, Sli], dict[str, list[Segment]]] = {}
     for rc, sli, model in slos:
         mine = [x for x in models if x.rule.model == model and x.rule.request_class == rc.name and x.rule.sli is sli]
