@@ -15,7 +15,12 @@ other request passes straight through, so the engine serves as before.
     (vLLM's objects are counted, not entered), and the references those hold, so a list that keeps every request
     shows up whatever its items are;
   - `tracked`: the exporter's live per-request bookkeeping (admitted without a first token, decoding, by id);
-  - `collector_series`: label sets the exporter's collector exposes; `rss_kib`: this process's resident memory.
+  - `collector_series`: label sets the exporter's collector exposes; `rss_kib`: this process's resident memory;
+  - `frontend_requests_alive`: slokit's per-HTTP-request objects still alive anywhere in the process (the probe's
+    own request is one). A finished request's object outlives it while something else holds the context it ran
+    in: uvicorn's keep-alive timer handle (5 s) copies the request task's context, which carries the object. Such
+    objects are allocated by slokit's lines but held by the server, so a reading taken while they linger is not
+    comparable with one taken after they are gone.
   Every figure is absent or zero where slokit's plugin is not loaded (vLLM alone).
 * `action=stop`: stop tracemalloc.
 
@@ -120,7 +125,9 @@ def _exporter_state() -> dict[str, Any]:
         "by_external": sum(len(v) for v in list(active._by_external.values())),
     }
     series = sum(len(f.children) for f in active.store.families)
-    return {"plugin": True, "tracked": tracked, "collector_series": series}
+    request_type = getattr(sys.modules.get("slokit.exporters.classes"), "FrontendRequest", None)
+    alive = sum(1 for o in gc.get_objects() if type(o) is request_type) if request_type is not None else 0
+    return {"plugin": True, "tracked": tracked, "collector_series": series, "frontend_requests_alive": alive}
 
 
 def _slokit_traced() -> dict[str, Any]:
