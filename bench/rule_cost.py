@@ -531,9 +531,10 @@ def cost(server: LocalPrometheus, entries: Sequence[Entry], at: int) -> dict[str
 
     Samples touched are counted, so one query gives them; engine time is the fastest of three runs of each query
     (the machine is shared, and a slow run measures the neighbours). `slokit windows` is slokit's subset that
-    records the windows' events and error ratios (no bucket rates, burn rates, budget, objective, scale-out)."""
+    records the windows' events and error ratios, with the per-series counter record the 5m tiles read (no bucket
+    rates, burn rates, budget, objective, scale-out)."""
     out = {}
-    windows = ("slokit:sli_total:", "slokit:sli_good:", "slokit:sli_error:")
+    windows = ("slokit:sli_total:", "slokit:sli_good:", "slokit:sli_error:", schema.RECORD_COUNTER_LAST)
     for rule_set in (*SETS, SLOKIT_WINDOWS):
         if rule_set == SLOKIT_WINDOWS:
             rules = [e for e in entries if e.rule_set == "slokit" and e.rule.record.startswith(windows)]

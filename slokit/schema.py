@@ -497,6 +497,10 @@ RULE_LABEL_SLO: Final = "slo"
 RULE_LABEL_ENGINE: Final = "engine"
 # Marks each term of a tiled window so `or` keeps them all before they are summed away (never on a stored series).
 RULE_LABEL_TILE: Final = "slokit_tile"
+# On the per-series counter record: which raw counter (metric name) the series is the last sample of, and the
+# spec's service (its own label, since scraped series often carry a `service` label of their own).
+RULE_LABEL_COUNTER: Final = "slokit_counter"
+RULE_LABEL_COUNTER_SERVICE: Final = "slokit_service"
 RULE_LABEL_CAUSE: Final = "cause"  # on engine alerts that ride along a page of their model (value: CAUSE_ENGINE)
 CAUSE_ENGINE: Final = "engine"
 
@@ -526,6 +530,9 @@ def record_burn_rate(window: str) -> str:
     return f"slokit:burn_rate:ratio{window}"
 
 
+# Per raw counter series (all its labels, plus slokit_service and slokit_counter): its last sample within the
+# lookback of the 5m tiles, so the tiles read each raw sample once per evaluation, not once per term (rules.py).
+RECORD_COUNTER_LAST: Final = "slokit_series:counter:last15m"
 RECORD_ERROR_BUDGET_REMAINING: Final = "slokit:error_budget_remaining:ratio"  # over the SLO window, 1 = untouched
 RECORD_OBJECTIVE: Final = "slokit:objective:ratio"  # e.g. 0.95
 RECORD_LATENCY_BUCKET_RATE: Final = "slokit_engine:latency_bucket:rate5m"  # le, slo, model, class, replica, engine
