@@ -18,6 +18,7 @@ import socket
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,7 @@ BLOCKER_TOKENS = 480  # each blocker holds an engine slot for this many decode s
 BLOCKERS = 6 * MAX_NUM_SEQS  # six rounds of blockers queued ahead of the chat requests (vLLM schedules FCFS), so
 # the chat requests wait for all of them even when the engine decodes fast
 QUEUED_AHEAD = 3 * MAX_NUM_SEQS  # the chat requests are sent only while at least three rounds still wait ahead
+ROUNDS = 3  # rounds of abandoned requests at most (see the test)
 
 
 def _completion(server: VllmServer, header: str, max_tokens: int, stream: bool) -> bytes:
@@ -204,17 +206,91 @@ def _blocker(server: VllmServer, done: list[int]) -> None:
         connection.close()
 
 
-def _wait(server: VllmServer, test: Any, timeout: float) -> Samples:
-    deadline = time.monotonic() + timeout
+def _wait(server: VllmServer, test: Any, timeout: float, trace: list[str] | None = None) -> Samples:
+    """Scrape until `test` holds or `timeout` passes; each scrape's queue state goes to `trace` (for the message
+    of a failed assertion: which requests waited, ran and finished, and when)."""
+    start = time.monotonic()
     while True:
         samples = scrape(server)
-        if test(samples) or time.monotonic() > deadline:
+        if trace is not None:
+            waiting, running = schema.SLOKIT_CLASS_REQUESTS_WAITING, schema.SLOKIT_CLASS_REQUESTS_RUNNING
+            finished = M.frontend_latency[Sli.E2E] + "_count"
+            trace.append(
+                f"{time.monotonic() - start:.2f}s waiting batch={total(samples, waiting, **{'class': 'batch'}):g}"
+                f" chat={_chat(samples, waiting):g} running chat={_chat(samples, running):g}"
+                f" finished chat={_chat(samples, finished):g}"
+            )
+        if test(samples) or time.monotonic() - start > timeout:
             return samples
-        time.sleep(0.25)
+        time.sleep(0.1)
 
 
 def _chat(samples: Samples, name: str, **labels: str) -> float:
     return total(samples, name, **{"class": "chat", **labels})
+
+
+@dataclass
+class _Round:
+    """One round of abandoned requests: the scrapes before and after, how many waited together, the trace."""
+
+    before: Samples
+    after: Samples
+    queued: float
+    trace: list[str]
+
+
+def _abandon_round(server: VllmServer) -> _Round:
+    """Queue ABANDONED streamed chat requests behind rounds of blockers, reset their connections, and wait until
+    each is settled: counted as a failure by the frontend (and the engine), or finished normally (the server did
+    not notice the client leaving before it answered; uvicorn and vLLM decide that, not slokit)."""
+    frontend_failed, engine_failed = M.frontend_failed or "", M.failed or ""
+    before = scrape(server)
+    done: list[int] = []
+    blockers = [threading.Thread(target=_blocker, args=(server, done)) for _ in range(BLOCKERS)]
+    for thread in blockers:
+        thread.start()
+    sockets: list[socket.socket] = []
+    trace: list[str] = []
+
+    def batch_waiting(s: Samples) -> float:
+        return total(s, schema.SLOKIT_CLASS_REQUESTS_WAITING, **{"class": "batch"})
+
+    def grew(s: Samples, name: str) -> float:
+        return _chat(s, name) - _chat(before, name)
+
+    def settled(s: Samples) -> bool:  # no chat request left in the frontend's view, each failure seen by the engine
+        in_flight = _chat(s, schema.SLOKIT_CLASS_REQUESTS_WAITING) + _chat(s, schema.SLOKIT_CLASS_REQUESTS_RUNNING)
+        return in_flight == 0 and grew(s, engine_failed) >= grew(s, frontend_failed)
+
+    try:
+        # Every engine slot busy and at least three rounds of blockers queued (the engine may already have finished
+        # some: how fast it decodes depends on the machine), then the chat requests queue behind them.
+        ahead = batch_waiting(_wait(server, lambda s: batch_waiting(s) >= QUEUED_AHEAD, 120, trace))
+        assert ahead >= QUEUED_AHEAD, (ahead, len(done))
+        for _ in range(ABANDONED):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            sock.sendall(_completion(server, "chat", 8, stream=True))
+            sockets.append(sock)
+        trace.append("chat requests sent")
+        waiting = _wait(server, lambda s: _chat(s, schema.SLOKIT_CLASS_REQUESTS_WAITING) >= ABANDONED, 120, trace)
+        queued = _chat(waiting, schema.SLOKIT_CLASS_REQUESTS_WAITING)
+        for sock in sockets:  # the clients give up before any byte of the answer: the connection is reset
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        sockets.clear()
+        assert queued >= MIN_SEEN, (queued, len(done), trace[:20], trace[-5:])
+        # The engine's sweep runs every SWEEP_INTERVAL_S while it works; on a loaded machine the API server takes
+        # a while to see the closed sockets and vLLM to abort, so the deadline is generous (it returns as soon).
+        trace.append("chat clients gone")
+        after = _wait(server, settled, 180, trace)
+    finally:
+        for sock in sockets:
+            sock.close()
+        for thread in blockers:
+            thread.join(timeout=300)
+    assert done == [200] * BLOCKERS
+    assert settled(after), trace[-5:]
+    return _Round(before, after, queued, trace)
 
 
 @pytest.mark.vllm
@@ -224,62 +300,30 @@ def test_clients_gone_before_the_first_token_are_bad_ttft_events_of_their_class(
 ) -> None:
     frontend_failed, engine_failed = M.frontend_failed or "", M.failed or ""
     ttft_frontend, ttft_engine = M.frontend_latency[Sli.TTFT], M.latency[Sli.TTFT]
-    before = scrape(vllm_server)
-    done: list[int] = []
-    blockers = [threading.Thread(target=_blocker, args=(vllm_server, done)) for _ in range(BLOCKERS)]
-    for thread in blockers:
-        thread.start()
-    sockets: list[socket.socket] = []
-
-    def batch_waiting(s: Samples) -> float:
-        return total(s, schema.SLOKIT_CLASS_REQUESTS_WAITING, **{"class": "batch"})
-
-    try:
-        # Every engine slot busy and at least three rounds of blockers queued (the engine may already have finished
-        # some: how fast it decodes depends on the machine), then the chat requests queue behind them.
-        ahead = batch_waiting(_wait(vllm_server, lambda s: batch_waiting(s) >= QUEUED_AHEAD, 120))
-        assert ahead >= QUEUED_AHEAD, (ahead, len(done))
-        for _ in range(ABANDONED):
-            sock = socket.create_connection(("127.0.0.1", vllm_server.port), timeout=30)
-            sock.sendall(_completion(vllm_server, "chat", 8, stream=True))
-            sockets.append(sock)
-        waiting = _wait(vllm_server, lambda s: _chat(s, schema.SLOKIT_CLASS_REQUESTS_WAITING) >= ABANDONED, 120)
-        queued = _chat(waiting, schema.SLOKIT_CLASS_REQUESTS_WAITING)
-        for sock in sockets:  # the clients give up before any byte of the answer: the connection is reset
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            sock.close()
-        sockets.clear()
-        assert queued >= MIN_SEEN, queued
-
-        def counted(s: Samples) -> bool:
-            return (
-                _chat(s, frontend_failed) - _chat(before, frontend_failed) >= ABANDONED
-                and _chat(s, engine_failed) - _chat(before, engine_failed) >= ABANDONED
-            )
-
-        # The engine's sweep runs every SWEEP_INTERVAL_S while it works; on a loaded machine the API server takes
-        # a while to see the closed sockets and vLLM to abort, so the deadline is generous (it returns as soon).
-        after = _wait(vllm_server, counted, 180)
-    finally:
-        for sock in sockets:
-            sock.close()
-        for thread in blockers:
-            thread.join(timeout=300)
-    assert done == [200] * BLOCKERS
+    # Whether the server notices a reset connection of a request that waits in the engine's queue is uvicorn's and
+    # vLLM's doing; now and then (a loaded machine) it misses all of them and answers them as if nobody left. Up
+    # to ROUNDS rounds, until one has at least MIN_SEEN noticed; every round's accounting is checked the same way.
+    rounds: list[_Round] = []
+    for _ in range(ROUNDS):
+        rounds.append(_abandon_round(vllm_server))
+        last = rounds[-1]
+        if _chat(last.after, frontend_failed) - _chat(last.before, frontend_failed) >= MIN_SEEN:
+            break
+    before, after, queued, trace = rounds[-1].before, rounds[-1].after, rounds[-1].queued, rounds[-1].trace
 
     def grew(name: str, **labels: str) -> float:
         return _chat(after, name, **labels) - _chat(before, name, **labels)
 
     gone = grew(frontend_failed, reason=FailReason.CLIENT_GONE.value, stream="true")
     aborted = grew(engine_failed, reason=FailReason.ABORT.value)
-    print(f"queued={queued} frontend client_gone={gone} engine abort={aborted}")
-    assert MIN_SEEN <= gone <= ABANDONED and MIN_SEEN <= aborted <= ABANDONED, (gone, aborted)
+    print(f"rounds={len(rounds)} queued={queued} frontend client_gone={gone} engine abort={aborted}")
+    assert MIN_SEEN <= gone <= ABANDONED and MIN_SEEN <= aborted <= ABANDONED, (len(rounds), gone, aborted, trace[-5:])
     assert grew(frontend_failed) == gone and grew(engine_failed) == aborted  # under one reason each
     # Their class only, and no latency was made up for them.
     assert total(after, frontend_failed, **{"class": "batch"}) == total(before, frontend_failed, **{"class": "batch"})
     first_tokens = grew(ttft_frontend + "_count")
     assert first_tokens <= ABANDONED - gone and grew(ttft_engine + "_count") <= ABANDONED - aborted
-    assert grew(M.frontend_latency[Sli.E2E] + "_count") == 0  # none finished
+    assert grew(M.frontend_latency[Sli.E2E] + "_count") <= ABANDONED - gone  # only those nobody saw leave
 
     # The generated rules on those counters: the failures are TTFT events of class chat, all bad, and it pages.
     spec = load_spec(ENGINE_SPEC)
