@@ -147,6 +147,21 @@ SLOKIT_DEFAULT_BUCKETS: Final = MappingProxyType(
         Sli.E2E: (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0),
     }
 )
+# Renard's R10 series: ten boundaries a decade, neighbours at most 1.26x apart (the bucket resolution a latency
+# histogram needs when an alert bounds p99/p50 by bucket edges).
+R10: Final = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
+
+
+def dense_ladder(low: float, high: float) -> tuple[float, ...]:
+    """R10 boundaries from `low` to `high` (seconds), both included as they are."""
+    out = {low, high}
+    decade = 10.0 ** math.floor(math.log10(low))
+    while decade <= high:
+        out.update(round(step * decade, 9) for step in R10 if low < step * decade < high)
+        decade *= 10
+    return tuple(sorted(out))
+
+
 SLOKIT_QUEUE_BUCKETS: Final = (
     0.001,
     0.005,

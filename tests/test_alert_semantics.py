@@ -218,6 +218,25 @@ def test_consistency_fires_only_when_the_lower_bound_exceeds_the_limit(
     ])  # fmt: skip
 
 
+@pytest.mark.prometheus
+@pytest.mark.parametrize(
+    ("p50", "ratio", "fires"),
+    [(6.5, 3.0, 1), (17.0, 3.0, 1), (38.0, 3.0, 1), (17.0, 1.5, 0), (38.0, 1.5, 0)],
+    ids=["p50-6.5s-ratio-3", "p50-17s-ratio-3", "p50-38s-ratio-3", "p50-17s-ratio-1.5", "p50-38s-ratio-1.5"],
+)
+def test_consistency_fires_wherever_p50_falls_between_boundaries(
+    tmp_path: Path, promtool_path: str, p50: float, ratio: float, fires: int
+) -> None:
+    """p50 and p99 off the boundaries (the worst case for bounds from bucket edges): a true ratio of 3 still fires
+    against a 1.6 limit, 1.5 never does. On the plain default ladder none of these ratios of 3 could be proven
+    (17 s and 51 s fall in (15, 20] and (30, 60]: a lower bound of 1.5)."""
+    spec = _spec(CONSISTENT)
+    bounds = spec.buckets(Sli.E2E)
+    assert p50 not in bounds and p50 * ratio not in bounds
+    series = _histogram(spec, Sli.E2E, [Phase(30, 60, {p50: 0.98, p50 * ratio: 0.02})])
+    _run(tmp_path, spec, series, [(_firing(alerts.NAME_CONSISTENCY), "25m", fires)])
+
+
 def test_validate_prints_the_burn_table_and_warns_about_adapted_tiers(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
@@ -238,6 +257,30 @@ def test_validate_prints_the_burn_table_and_warns_about_adapted_tiers(tmp_path: 
     assert "page tier 1h/5m adapted for chat e2e" in result.stderr
     assert "could never fire" in result.stderr
     assert "scale-out: more than 5.00% of requests above 800ms" in out
+    # The consistency limit and the true ratio that fires for certain: 1.6 x 1.28^2 (R10 boundaries 1.25 -> 1.6).
+    assert "chat e2e: p99/p50 at most 1.6: never fires at or below it; fires for certain above 2.62" in out
+
+
+def test_validate_warns_about_buckets_too_coarse_for_consistency_and_tier_cells_no_slo_has(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from slokit.cli import app
+
+    spec = _spec(CONSISTENT + TIERED, "  tiers: {page: [critical.p99], ticket: [acceptable.p95]}")
+    custom = spec.text.replace(
+        "consistency: {max_p99_over_p50: 1.6}",
+        "consistency: {max_p99_over_p50: 1.6}\n        metric: {histogram: gw_e2e_seconds, model_label: model, "
+        "buckets: [2, 5, 10, 30, 60, 120]}",
+    )
+    path = tmp_path / "scen.yaml"
+    path.write_text(custom, encoding="utf-8")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    # 10 -> 30 is the widest step: a true ratio up to 1.6 x 3^2 = 14.4 may not fire.
+    assert "chat e2e: p99/p50 at most 1.6: never fires at or below it; fires for certain above 14.4" in result.stdout
+    assert "chat e2e: the histogram's buckets are too coarse for the p99/p50 limit of 1.6" in result.stderr
+    assert "alerting.tiers.page: no SLO has a critical.p99 threshold" in result.stderr
+    assert "acceptable.p95 alerts on nothing" not in result.stderr  # the ttft SLO has it
 
 
 @pytest.mark.prometheus

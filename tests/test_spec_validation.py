@@ -378,3 +378,50 @@ def test_measured_at_defaults_to_frontend_for_ttft_and_e2e_with_source_slokit() 
 def test_measured_at_refuses_what_cannot_be_measured_there(text: str, field: str, words: str) -> None:
     issue = only_issue(text)
     assert issue.field == field and words in issue.message
+
+
+ALERTING_TIERS = MINIMAL.replace(
+    "objective: {percentile: 95, threshold: 500ms}",
+    "objective: {percentile: 95, threshold: 500ms}\n        tiers:\n          acceptable: {p95: 1s}\n"
+    "          critical: {p50: 2s, p95: 3s}",
+)
+
+
+def test_alerting_tiers_replace_the_default_cells() -> None:
+    spec = load_spec_text(ALERTING_TIERS + "alerting:\n  tiers: {page: [critical.p95]}\n", "spec.yaml")
+    assert [str(c) for c in spec.alerting.page_tiers] == ["critical.p95"]  # critical.p50 no longer pages
+    assert [str(c) for c in spec.alerting.ticket_tiers] == ["acceptable.p95"]  # the ticket default stays
+    tiers = "alerting:\n  tiers: {page: [critical.p95, critical.p50], ticket: [critical.p50]}\n"
+    both = load_spec_text(ALERTING_TIERS + tiers, "spec.yaml")
+    assert [str(c) for c in both.alerting.page_tiers] == ["critical.p95", "critical.p50"]
+    assert [str(c) for c in both.alerting.ticket_tiers] == ["critical.p50"]
+    assert only_issue(ALERTING_TIERS + "alerting:\n  tiers: {page: []}\n").field == "alerting.tiers.page"
+
+
+@pytest.mark.parametrize(
+    ("tiers", "field", "message"),
+    [
+        ("{page: [critical.p42]}", "alerting.tiers.page[0]", "is not a tier cell; write <tier>.<percentile>"),
+        ("{page: [severe.p50]}", "alerting.tiers.page[0]", "tier one of target, acceptable, critical"),
+        ("{ticket: [acceptable.p95, acceptable.p95]}", "alerting.tiers.ticket[1]", "acceptable.p95 is listed twice"),
+        ("{pages: [critical.p50]}", "alerting.tiers.pages", "unknown"),
+    ],
+)
+def test_alerting_tiers_errors(tiers: str, field: str, message: str) -> None:
+    issue = only_issue(ALERTING_TIERS + f"alerting:\n  tiers: {tiers}\n")
+    assert issue.field == field and message in issue.message, str(issue)
+    assert issue.location.line == 14
+
+
+def test_min_requests_default_and_range() -> None:
+    assert load_spec_text(MINIMAL, "spec.yaml").alerting.min_requests == 30
+    spec = load_spec_text(MINIMAL + "alerting:\n  min_requests: 120\n", "spec.yaml")
+    assert spec.alerting.min_requests == 120
+    issue = only_issue(MINIMAL + "alerting:\n  min_requests: 0\n")
+    assert issue.field == "alerting.min_requests" and issue.location.line == 11, str(issue)
+
+
+def test_pages_and_tickets_need_different_receivers() -> None:
+    issue = only_issue(MINIMAL + "alerting:\n  receivers: {page: oncall, ticket: oncall}\n")
+    assert issue.field == "alerting.receivers.ticket" and "different receivers" in issue.message, str(issue)
+    assert "'oncall'" in issue.message and issue.location.line == 11

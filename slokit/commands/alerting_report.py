@@ -7,13 +7,18 @@ shows each tier as generated (after adaptation), so nobody has to work the arith
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from slokit.generate import alerts
 from slokit.schema import Sli, Source
 from slokit.spec import Spec
+from slokit.spec.model import DEFAULT_PAGE_TIERS, DEFAULT_TICKET_TIERS
 from slokit.units import format_duration
 
 OUTAGE: float = 1.0  # error ratio of a total outage
 BUDGET_RATE: float = 2.0  # "twice the budget rate": an error ratio of 2 x the error budget
+CONSISTENCY_BLIND: float = 2.0  # warn when a true p99/p50 this many times the limit may not fire
 
 
 def _when(seconds: float | None) -> str:
@@ -77,6 +82,34 @@ def burn_report(spec: Spec) -> list[str]:
                     f"    scale-out: more than {budget:.2%} of requests above {format_duration(boundary)} "
                     f"({boundary / objective.threshold:.3g} x the threshold; asked for {format_duration(wanted)})"
                 )
+    lines.extend(consistency_report(spec))
+    return lines
+
+
+def bucket_spacing(buckets: tuple[float, ...]) -> float:
+    """The largest ratio between neighbouring boundaries (above 0): how far a bucket edge can be from a quantile."""
+    positive = [b for b in buckets if b > 0]
+    return max((b / a for a, b in itertools.pairwise(positive)), default=math.inf)
+
+
+def consistency_report(spec: Spec) -> list[str]:
+    """Per consistency SLO, which true p99/p50 ratios fire for certain, as lines of text.
+
+    The alert fires only when the bucket edges prove the ratio above the limit (lower edge of p99's bucket over
+    the upper edge of p50's), so it never fires at or below the limit; it fires for certain once the true ratio
+    exceeds the limit times the square of the largest neighbour ratio of the histogram's boundaries.
+    """
+    lines: list[str] = []
+    for rc in spec.classes:
+        for sli, slo in rc.slos.items():
+            if slo.consistency is None:
+                continue
+            limit = slo.consistency.max_p99_over_p50
+            spacing = bucket_spacing(spec.histogram_buckets(rc, sli))
+            lines.append(
+                f"  {rc.name} {sli.value}: p99/p50 at most {limit:g}: never fires at or below it; fires for certain "
+                f"above {limit * spacing**2:.3g} (neighbouring bucket boundaries up to {spacing:.3g}x apart)"
+            )
     return lines
 
 
@@ -107,4 +140,37 @@ def warnings(spec: Spec) -> list[str]:
                         f"scale-out counts requests above {format_duration(boundary)}, the nearest boundary at or "
                         f"below, an effective fraction of {boundary / objective.threshold:.3g}"
                     )
+    out.extend(_tier_warnings(spec))
+    for rc in spec.classes:
+        for sli, slo in rc.slos.items():
+            if slo.consistency is None:
+                continue
+            limit = slo.consistency.max_p99_over_p50
+            certain = limit * bucket_spacing(spec.histogram_buckets(rc, sli)) ** 2
+            if certain > CONSISTENCY_BLIND * limit:
+                out.append(
+                    f"{rc.name} {sli.value}: the histogram's buckets are too coarse for the p99/p50 limit of "
+                    f"{limit:g}: a true ratio up to {certain:.3g} may never fire; use buckets at most "
+                    f"{CONSISTENCY_BLIND**0.5:.2g}x apart"
+                )
+    return out
+
+
+def _tier_warnings(spec: Spec) -> list[str]:
+    """`alerting.tiers` cells that no SLO defines alert on nothing, and silently, since the list replaces the
+    default: say so."""
+    out: list[str] = []
+    chosen = (
+        ("page", spec.alerting.page_tiers, DEFAULT_PAGE_TIERS),
+        ("ticket", spec.alerting.ticket_tiers, DEFAULT_TICKET_TIERS),
+    )
+    for kind, cells, default in chosen:
+        if cells == default:
+            continue  # the design's defaults: a spec without p95 tiers simply has no p95 ticket
+        for cell in cells:
+            if not any(cell.percentile in slo.tiers.tier(cell.tier) for rc in spec.classes for slo in rc.slos.values()):
+                out.append(
+                    f"alerting.tiers.{kind}: no SLO has a {cell} threshold, so {cell} alerts on nothing; add "
+                    f"{cell.percentile} to an SLO's {cell.tier} tier or remove it"
+                )
     return out

@@ -6,9 +6,11 @@ spec's page or ticket value, `service`, `slo`, `model`, `class` where they apply
 points at this rule's own runbook section. Alerts read recorded series only (see rules.py), so an alert evaluation
 costs a handful of samples.
 
-Burn-rate tiers whose threshold cannot be reached are left out: with factor x error budget >= 1 (for example the
-13.44x page tier of a 90% objective over 28d) the error ratio would have to exceed 100%. `skipped_burn_tiers` lists
-them so the docs and the generated promtool tests can say so.
+Every objective pages fast: the fastest page tier is adapted (shorter windows, the same error ratio capped at 90%)
+when a total outage would not page within PAGE_WITHIN, e.g. the 13.44x page tier of a 90% objective over 28d, whose
+error ratio would have to exceed 100%. Any other tier whose threshold cannot be reached is left out;
+`skipped_burn_tiers` and `adapted_burn_tiers` list them so `validate`, the docs and the generated promtool tests can
+say so.
 """
 
 from __future__ import annotations

@@ -1199,8 +1199,8 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
 
 
 def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
-    """p99/p50 from bucket edges, bucket by bucket: 60% of requests in one bucket and 40% in another, so that
-    p50's upper edge and p99's lower edge step through every bound (the record's value is checked at the end of
+    """p99/p50 from bucket edges, bucket by bucket: 60% of requests in one bucket and 40% in the next but one, so
+    that p50's upper edge and p99's lower edge step through every bound (the record's value is checked at the end of
     each 10m step), then a pair of bounds just over the limit and one just under it (the alert fires, then
     resolves)."""
     rules = [r for r in all_rules if r.kind is AlertKind.CONSISTENCY]
@@ -1219,7 +1219,9 @@ def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict
         limit = slo.consistency.max_p99_over_p50
         bounds = spec.histogram_buckets(rc, r.sli)
         n = len(bounds)
-        pairs = [(0, k) for k in range(1, n + 1)] + [(j, n) for j in range(1, n)]
+        # Neighbours two buckets apart: every bound is once p50's upper edge and once p99's lower edge, in n + 1
+        # steps (a dense ladder has dozens of bounds), and the ratios stay near the limits that matter.
+        pairs = [(0, 1), *((j, j + 2) for j in range(n - 1)), (n - 1, n)]
         segments: list[Segment] = []
         checks: list[tuple[int, float | None, bool | None]] = []
         for j, k in pairs:

@@ -358,7 +358,8 @@ class Spec:
             return self.vllm.buckets(sli)
         if self.source is Source.SGLANG:
             return schema.SGLANG_BUCKETS.get(sli, ())
-        values = set(schema.SLOKIT_DEFAULT_BUCKETS[sli])
+        ladder = schema.SLOKIT_DEFAULT_BUCKETS[sli]
+        values = set(ladder)
         for request_class in self.classes:
             slo = request_class.slos.get(sli)
             if slo is not None:
@@ -366,6 +367,10 @@ class Spec:
                 if sli is Sli.TTFT and slo.objective is not None:
                     # The scale-out signal counts requests above this boundary (see generate/alerts.py).
                     values.add(round(slo.objective.threshold * self.alerting.scale_out.fraction_of_slo, 9))
+                if slo.consistency is not None:
+                    # The consistency alert proves p99/p50 from bucket edges: neighbours at most 1.26x apart make
+                    # any true ratio above limit x 1.26^2 fire, wherever p50 and p99 fall.
+                    values.update(schema.dense_ladder(ladder[0], ladder[-1]))
         return tuple(sorted(values))
 
     def histogram(self, request_class: RequestClass, sli: Sli) -> schema.CustomHistogram:
