@@ -24,7 +24,7 @@ from markupsafe import Markup
 
 from slokit import promql, schema
 from slokit.catalog import GPUS
-from slokit.generate import alerts, dashboards
+from slokit.generate import alerts, dashboards, debug_steps
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
 from slokit.generate.queries import Queries, expected_decode_at_batch, union
 from slokit.plan import roofline
@@ -288,7 +288,7 @@ class _Builder:
         return self.guides[key]
 
     def steps(self, models: Sequence[Model], name: str | None, rc: str | None) -> tuple[Step, ...]:
-        first = (self.api_server_step(name, rc),) if dashboards.has_frontend(self.spec) else ()
+        first = (self.api_server_step(name, rc),) if debug_steps.has_frontend(self.spec) else ()
         return (
             *first,
             self.queue_step(models, name, rc),
@@ -977,7 +977,7 @@ def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
     text: str = template.render(
         spec=spec,
         source_is_vllm=spec.source is Source.VLLM,
-        has_frontend=dashboards.has_frontend(spec),
+        has_frontend=debug_steps.has_frontend(spec),
         sections=sections,
         guides=guides,
         tuning=builder.tuning(),
