@@ -9,11 +9,11 @@ from markupsafe import Markup
 
 from slokit import promql, schema
 from slokit.catalog import GPUS
-from slokit.generate import dashboards
+from slokit.generate import dashboards, debug_steps
 from slokit.generate.model import AlertRule
 from slokit.generate.queries import Queries
 from slokit.generate.runbook.markdown import link
-from slokit.generate.runbook.model import Guide, ModelFacts
+from slokit.generate.runbook.model import RATE_WINDOW, Guide, ModelFacts
 from slokit.plan import roofline
 from slokit.schema import Sli
 from slokit.spec import Model, Spec
@@ -41,6 +41,11 @@ class Context:
         q = Queries(self.spec)
         matchers = q.raw_matchers(model, request_class) if model is not None else q.common_selector()
         return matchers_text(matchers)
+
+    def series(self, model: str | None, request_class: str | None = None) -> debug_steps.Series:
+        """`debug_steps`' queries over one model's (and class's) raw series and the runbook's rate window."""
+        matchers = self.raw(model, request_class)
+        return debug_steps.Series(lambda metric: f"{metric}{{{matchers}}}", RATE_WINDOW)
 
     def rec(self, model: str | None, request_class: str | None = None, sli: Sli | None = None) -> str:
         return matchers_text(Queries(self.spec).recorded_matchers(model, request_class, sli))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from markupsafe import Markup
 
 from slokit import schema
 from slokit.generate import debug_steps
 from slokit.generate.model import AlertRule, heading_anchor
-from slokit.generate.queries import Queries, expected_decode_at_batch, union
+from slokit.generate.queries import Queries, union
 from slokit.generate.runbook.context import Context, matchers_text
 from slokit.generate.runbook.markdown import md
 from slokit.generate.runbook.model import RATE_WINDOW, Guide, Query, Step
@@ -34,37 +34,52 @@ def guide(ctx: Context, rule: AlertRule) -> Guide:
 
 
 def steps(ctx: Context, models: Sequence[Model], name: str | None, rc: str | None) -> tuple[Step, ...]:
-    first = (api_server_step(ctx, name, rc),) if debug_steps.has_frontend(ctx.spec) else ()
-    return (
-        *first,
-        queue_step(ctx, models, name, rc),
-        decode_step(ctx, models, name, rc),
-        kv_step(ctx, name),
-        interconnect_step(ctx, models),
+    """The steps of `debug_steps` that apply to the spec, in its order, for one scope."""
+    build: dict[debug_steps.StepKey, Callable[[], Step]] = {
+        debug_steps.StepKey.API_SERVER: lambda: api_server_step(ctx, name, rc),
+        debug_steps.StepKey.QUEUE: lambda: queue_step(ctx, models, name, rc),
+        debug_steps.StepKey.DECODE: lambda: decode_step(ctx, models, name, rc),
+        debug_steps.StepKey.KV_CACHE: lambda: kv_step(ctx, name),
+        debug_steps.StepKey.INTERCONNECT: lambda: interconnect_step(ctx, models),
+    }
+    return tuple(build[step.key]() for step in debug_steps.steps(ctx.spec))
+
+
+def _step(
+    ctx: Context,
+    step: debug_steps.DebugStep,
+    queries: Sequence[Query],
+    healthy: Sequence[str],
+    fix: Sequence[str],
+    variables: Mapping[str, str],
+) -> Step:
+    """One step as the template renders it: the shared title and question, and a link to the step's panel."""
+    return Step(
+        step.number,
+        step.title,
+        step.question,
+        tuple(queries),
+        tuple(healthy),
+        tuple(fix),
+        ctx.panel(step.panel, variables),
     )
 
 
 def api_server_step(ctx: Context, model: str | None, rc: str | None) -> Step:
     """Step 0: the API server holds requests before the engine sees them (the frontend/engine TTFT gap)."""
     m = ctx.m
-    sel_f = ctx.raw(model, rc)
+    series = ctx.series(model, rc)
     group = ", ".join(x for x in (m.model_label, m.class_label) if x)
     frontend, engine = m.frontend_latency[Sli.TTFT], m.latency[Sli.TTFT]
     queries = (
         Query(
             "TTFT p95 at the API server (HTTP arrival to first content byte)",
-            f"histogram_quantile(0.95, sum by (le, {group}) (rate({frontend}_bucket{{{sel_f}}}[{RATE_WINDOW}])))",
+            debug_steps.quantile(0.95, series, frontend, group),
         ),
-        Query(
-            "TTFT p95 inside the engine",
-            f"histogram_quantile(0.95, sum by (le, {group}) (rate({engine}_bucket{{{sel_f}}}[{RATE_WINDOW}])))",
-        ),
+        Query("TTFT p95 inside the engine", debug_steps.quantile(0.95, series, engine, group)),
         Query(
             "Mean seconds the API server adds (frontend minus engine mean TTFT)",
-            f"sum by ({group}) (rate({frontend}_sum{{{sel_f}}}[{RATE_WINDOW}])) / sum by ({group}) "
-            f"(rate({frontend}_count{{{sel_f}}}[{RATE_WINDOW}]))\n- sum by ({group}) "
-            f"(rate({engine}_sum{{{sel_f}}}[{RATE_WINDOW}])) / sum by ({group}) "
-            f"(rate({engine}_count{{{sel_f}}}[{RATE_WINDOW}]))",
+            f"{debug_steps.mean(series, frontend, group)}\n- {debug_steps.mean(series, engine, group)}",
         ),
     )
     healthy = ("The two p95s are close (the frontend adds HTTP and tokenisation: milliseconds) and the gap is flat.",)
@@ -75,29 +90,20 @@ def api_server_step(ctx: Context, model: str | None, rc: str | None) -> Step:
         "and check the node's CPU throttling. Adding engines does not help.",
         "Both high together: the engine is the cause; go on to step 1.",
     )
-    return Step(
-        0,
-        "API server saturation",
-        "Does the API server hold requests before the engine sees them?",
-        queries,
-        healthy,
-        fix,
-        ctx.panel(("frontend",), ctx.variables(model, rc)),
-    )
+    return _step(ctx, debug_steps.API_SERVER, queries, healthy, fix, ctx.variables(model, rc))
 
 
 def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str | None) -> Step:
     m = ctx.m
-    sel = ctx.raw(model)
+    engines = ctx.series(model)
     engine = m.engine_label
     maxima = ", ".join(f"{x.name}: {x.max_num_seqs}" for x in models)
     queries = [
-        Query("Requests waiting per engine", f"sum by ({ctx.by(engine)}) ({m.requests_waiting}{{{sel}}})"),
-        Query("Requests running per engine", f"sum by ({ctx.by(engine)}) ({m.requests_running}{{{sel}}})"),
+        Query("Requests waiting per engine", debug_steps.waiting(ctx.spec, engines, ctx.by(engine))),
+        Query("Requests running per engine", debug_steps.running(ctx.spec, engines, ctx.by(engine))),
         Query(
             "Queue time p99 (arrival to first scheduling)",
-            f"histogram_quantile(0.99, sum by (le, {m.model_label}) "
-            f"(rate({m.queue_time}_bucket{{{ctx.raw(model, rc)}}}[{RATE_WINDOW}])))",
+            debug_steps.queue_time_p99(ctx.spec, ctx.series(model, rc), m.model_label),
         ),
         Query(
             f"Scale-out signal (share of TTFTs over {ctx.spec.alerting.scale_out.fraction_of_slo:g}x the TTFT "
@@ -117,7 +123,7 @@ def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str
     if ttft:
         healthy.append(
             f"Queue time p99 is a small part of the TTFT objective ({format_duration(min(ttft))}): under "
-            f"{format_duration(min(ttft) * 0.2)}."
+            f"{format_duration(min(ttft) * debug_steps.QUEUE_TIME_SHARE_OF_TTFT)}."
         )
     healthy.append(
         f"The scale-out signal stays under {ctx.spec.alerting.scale_out.fraction_of_slo:g}; above it for "
@@ -131,33 +137,21 @@ def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str
         "cache is full; go to step 3.",
         "Neither: the queue is not the cause; go on to step 2.",
     )
-    return Step(
-        1,
-        "Queue depth",
-        "Is the engine receiving more concurrent requests than it can handle?",
-        tuple(queries),
-        tuple(healthy),
-        fix,
-        ctx.panel(("queue",), ctx.variables(model, rc)),
-    )
+    return _step(ctx, debug_steps.QUEUE, queries, healthy, fix, ctx.variables(model, rc))
 
 
 def running_batch(ctx: Context, model: str) -> str:
     """Mean requests running per engine of one model over the rate window: the batch decode runs at."""
     engine = ctx.m.engine_label
-    return f"sum by ({ctx.by(engine)}) (avg_over_time({ctx.m.requests_running}{{{ctx.raw(model)}}}[{RATE_WINDOW}]))"
+    return debug_steps.running_batch(ctx.spec, ctx.series(model), ctx.by(engine))
 
 
 def expected_decode(ctx: Context, models: Sequence[Model]) -> str | None:
     """Expected decode tokens/s per engine at the batch each engine is running (the planner's step time at
     that batch), for the models the planner has a figure for; None when it has none."""
-    terms = []
-    for x in models:
-        curve = ctx.model_facts(x).decode_curve
-        if curve is not None:
-            terms.append(expected_decode_at_batch([(p.batch, p.step_seconds) for p in curve],
-                                                  running_batch(ctx, x.name)))  # fmt: skip
-    return union(terms) if terms else None
+    return debug_steps.expected_decode(
+        (curve, running_batch(ctx, x.name)) for x in models if (curve := ctx.model_facts(x).decode_curve) is not None
+    )
 
 
 def latency_by_engine(ctx: Context, sli: Sli, quantile: float, model: str | None, rc: str | None) -> str:
@@ -191,7 +185,8 @@ def latency_by_engine(ctx: Context, sli: Sli, quantile: float, model: str | None
 def decode_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str | None) -> Step:
     m = ctx.m
     engine = m.engine_label
-    measured = f"sum by ({ctx.by(engine)}) (rate({m.generation_tokens}{{{ctx.raw(model)}}}[{RATE_WINDOW}]))"
+    share = debug_steps.DECODE_HEALTHY_SHARE
+    measured = debug_steps.decode_tokens(ctx.spec, ctx.series(model), ctx.by(engine))
     queries = [
         Query("Decode tokens/s per engine", measured),
         Query(
@@ -206,7 +201,7 @@ def decode_step(ctx: Context, models: Sequence[Model], model: str | None, rc: st
         )
         queries.append(
             Query(
-                "Measured over expected at the running batch, per engine (healthy: 0.7 or more)",
+                f"Measured over expected at the running batch, per engine (healthy: {share:g} or more)",
                 f"{measured}\n/ on ({ctx.by(engine)})\n({expected})",
             )
         )
@@ -220,7 +215,7 @@ def decode_step(ctx: Context, models: Sequence[Model], model: str | None, rc: st
         if curve is not None:
             few = next((p for p in curve if p.batch >= 8), curve[0])
             healthy.append(
-                f"{x.name}: at least 70% of the expected tokens/s at the batch each engine is running (query "
+                f"{x.name}: at least {share:.0%} of the expected tokens/s at the batch each engine is running (query "
                 f"above; the roofline planner on {x.tensor_parallel}x {x.gpu}). A light load expects little: "
                 f"about {curve[0].tokens_per_second:,.0f} tokens/s at 1 running request, "
                 f"{few.tokens_per_second:,.0f} at {few.batch}, {curve[-1].tokens_per_second:,.0f} at "
@@ -239,47 +234,29 @@ def decode_step(ctx: Context, models: Sequence[Model], model: str | None, rc: st
                 f"{x.name}: ITL p99 at or under {format_duration(facts.itl_target)} (the tightest ITL/TPOT objective)."
             )
     fix = (
-        "Tokens/s under 70% of the expected at the running batch: the GPU is slower than it should be; check "
-        "it (step 4: clocks throttled, an XID, a slow link), and that the engine runs the planned "
-        "configuration (tensor parallel size, dtype, quantisation).",
+        f"Tokens/s under {share:.0%} of the expected at the running batch: the GPU is "
+        "slower than it should be; check it (step 4: clocks throttled, an XID, a slow link), and that the "
+        "engine runs the planned configuration (tensor parallel size, dtype, quantisation).",
         "Tokens/s low but at the expected for the few requests running: decode is not the bottleneck; the "
         "slowness is before decode (step 1) or in prefill (long prompts: see the latency dashboard's TTFT "
         "against prompt length).",
         "ITL over target with a full batch: the batch is too large for the ITL objective; lower "
         "--max-num-seqs to the planner's largest batch (tuning section) and scale out instead.",
     )
-    return Step(
-        2,
-        "Decode throughput",
-        "Is decode slower than the expected tokens/s at the batch it is running?",
-        tuple(queries),
-        tuple(healthy),
-        fix,
-        ctx.panel(("decode",), ctx.variables(model, rc)),
-    )
+    return _step(ctx, debug_steps.DECODE, queries, healthy, fix, ctx.variables(model, rc))
 
 
 def kv_step(ctx: Context, model: str | None) -> Step:
     m = ctx.m
     engine = m.engine_label
+    engines, by = ctx.series(model), ctx.by(engine)
     queries = [
-        Query(
-            "KV-cache usage per engine (0..1)",
-            f"max by ({ctx.by(engine)}) ({m.kv_cache_usage}{{{ctx.raw(model)}}})",
-        ),
-        Query(
-            "Preemptions per second",
-            f"sum by ({ctx.by(engine)}) (rate({m.preemptions}{{{ctx.raw(model)}}}[{RATE_WINDOW}]))",
-        ),
+        Query("KV-cache usage per engine (0..1)", debug_steps.kv_cache_usage(ctx.spec, engines, by)),
+        Query("Preemptions per second", debug_steps.preemptions(ctx.spec, engines, by)),
     ]
-    if m.prefix_cache_hits is not None and m.prefix_cache_queries is not None:
-        queries.append(
-            Query(
-                "Prefix-cache hit rate",
-                f"sum by ({ctx.by(engine)}) (rate({m.prefix_cache_hits}{{{ctx.raw(model)}}}[{RATE_WINDOW}])) / "
-                f"sum by ({ctx.by(engine)}) (rate({m.prefix_cache_queries}{{{ctx.raw(model)}}}[{RATE_WINDOW}]))",
-            )
-        )
+    hit_rate = debug_steps.prefix_cache_hit_rate(ctx.spec, engines, by)
+    if hit_rate is not None:
+        queries.append(Query("Prefix-cache hit rate", hit_rate))
     limit = ctx.spec.alerting.kv_cache_usage_max
     healthy = (
         md("KV-cache usage under {} (`alerting.kv_cache_usage_max`).", f"{limit:.0%}"),
@@ -294,35 +271,20 @@ def kv_step(ctx: Context, model: str | None) -> Step:
         "KV offloading to host memory (PCIe traffic in step 4) is slower than recompute at short contexts; turn "
         "it off for latency classes.",
     )
-    return Step(
-        3,
-        "KV cache",
-        "Is the KV cache at its limit, preempting or offloading?",
-        tuple(queries),
-        healthy,
-        fix,
-        ctx.panel(("kv",), ctx.variables(model, None)),
-    )
+    return _step(ctx, debug_steps.KV_CACHE, queries, healthy, fix, ctx.variables(model, None))
 
 
 def interconnect_step(ctx: Context, models: Sequence[Model]) -> Step:
-    uuid = schema.GPU_UUID_LABEL
     queries = (
-        Query("NVLink bytes/s sent per GPU", f"sum by ({uuid}) (rate({schema.GPU_NVLINK_TX}[{RATE_WINDOW}]))"),
-        Query("PCIe bytes/s received per GPU", f"sum by ({uuid}) (rate({schema.GPU_PCIE_RX}[{RATE_WINDOW}]))"),
+        Query("NVLink bytes/s sent per GPU", debug_steps.gpu_bytes_rate(schema.GPU_NVLINK_TX, RATE_WINDOW)),
+        Query("PCIe bytes/s received per GPU", debug_steps.gpu_bytes_rate(schema.GPU_PCIE_RX, RATE_WINDOW)),
         Query(
             "HBM bandwidth used against the GPU's peak (0..1)",
-            f"max by ({uuid}) ({schema.GPU_MEMORY_BANDWIDTH_UTILIZATION})",
+            debug_steps.gpu_max(schema.GPU_MEMORY_BANDWIDTH_UTILIZATION),
         ),
-        Query(
-            "Clock-event reasons active (throttling)",
-            f"max by ({uuid}, {schema.GPU_REASON_LABEL}) ({schema.GPU_CLOCK_EVENT_REASONS}) == 1",
-        ),
-        Query(
-            "XID errors in the last hour",
-            f"sum by ({uuid}, {schema.GPU_XID_LABEL}) (increase({schema.GPU_XID_ERRORS}[1h]))",
-        ),
-        Query("GPU sidecar reading the GPU (1) or not (0)", f"max by ({uuid}) ({schema.GPU_UP})"),
+        Query("Clock-event reasons active (throttling)", f"{debug_steps.clock_event_reasons()} == 1"),
+        Query("XID errors in the last hour", debug_steps.xid_errors("1h")),
+        Query("GPU sidecar reading the GPU (1) or not (0)", debug_steps.gpu_max(schema.GPU_UP)),
     )
     healthy = [
         "NVLink traffic about equal on every GPU of a tensor-parallel engine while requests run; one GPU "
@@ -351,12 +313,4 @@ def interconnect_step(ctx: Context, models: Sequence[Model]) -> Step:
         "move; turn offload off for latency classes.",
         "Thermal or power throttling: check cooling and power capping on the node.",
     )
-    return Step(
-        4,
-        "Interconnect and GPU",
-        "Is NCCL / NVLink / PCIe slower than expected, or erroring?",
-        queries,
-        tuple(healthy),
-        fix,
-        ctx.panel(("nvlink",), {"service": ctx.spec.service}),
-    )
+    return _step(ctx, debug_steps.INTERCONNECT, queries, healthy, fix, {"service": ctx.spec.service})
