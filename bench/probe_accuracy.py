@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from slokit.distributions import parse_distribution
+from slokit.local.emulator import EmulatorConfig, emulator_process
 from slokit.local.tiny_model import build_tiny_model
 from slokit.probe import Endpoint, Limits, Load, Workload, run_level, summarize
 from slokit.probe.client import HttpClient, Url
-from slokit.probe.emulator import EmulatorConfig, emulator_process
 from slokit.units import parse_duration
 
 VLLM_BENCH = (

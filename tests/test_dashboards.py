@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from slokit.generate import dashboards
+from slokit.generate.dashboards.latency import selected_in
+from slokit.generate.dashboards.overview import tier_state_expr
 from slokit.generate.model import AlertKind, AlertRule
 from slokit.generate.writer import notice
 from slokit.local.prometheus import check_rule_files, run_rule_tests
@@ -115,13 +117,13 @@ def test_debugging_rows_follow_the_runbook_order(spec: Spec) -> None:
 def test_tier_state_expression_ranks_the_worst_tier_exceeded() -> None:
     spec = load_spec(ROOT / "examples" / "assistant.yaml")
     chat = spec.request_class("chat")
-    expr = dashboards._tier_state_expr(spec, chat, chat.slos[next(iter(chat.slos))], "p50")
+    expr = tier_state_expr(spec, chat, chat.slos[next(iter(chat.slos))], "p50")
     assert expr is not None
     # target (rank 1), acceptable (2) and critical (3) each add the step to their rank
     ranks = expr.split(" and on (")[0]
     assert expr.count("> bool") == 3 and ranks.endswith("* 1)")
     itl = chat.slos[next(s for s in chat.slos if s.value == "itl")]
-    only_critical = dashboards._tier_state_expr(spec, chat, itl, "p50")
+    only_critical = tier_state_expr(spec, chat, itl, "p50")
     assert only_critical is not None and only_critical.split(" and on (")[0].endswith("> bool 0.15) * 3)")
 
 
@@ -211,7 +213,7 @@ def test_a_millisecond_histogram_is_drawn_in_seconds() -> None:
     assert legends["chat objective 95% 500ms"].startswith("vector(0.5) and on ()")  # thresholds stay in seconds
     heatmap = next(p for p in board["panels"] if p["type"] == "heatmap" and "gateway_first" in p["targets"][0]["expr"])
     assert heatmap["fieldConfig"]["defaults"]["unit"] == "ms"  # the buckets as exported
-    # A histogram without a model label: its lines follow the model and class variables through _chosen.
+    # A histogram without a model label: its lines follow the model and class variables through selected_in.
     e2e = _panel_with(board, "chat objective 99% 10s")
     line = {t["legendFormat"]: t["expr"] for t in e2e["targets"]}["chat objective 99% 10s"]
     assert '"$model"' in line and '"$class"' in line
@@ -224,8 +226,8 @@ def test_variable_checks_and_traffic_guard_evaluate(tmp_path: Path, promtool_pat
     its rank with enough traffic and "too little traffic" below alerting.min_requests."""
     spec = load_spec(ROOT / "examples" / "assistant.yaml")
     chat = spec.request_class("chat")
-    chosen = dashboards._chosen("class", "chat")
-    tier = substitute(dashboards._tier_state_expr(spec, chat, chat.slos[Sli.TTFT], "p50") or "", spec)
+    chosen = selected_in("class", "chat")
+    tier = substitute(tier_state_expr(spec, chat, chat.slos[Sli.TTFT], "p50") or "", spec)
     labels = 'service="assistant", model="llama-3-70b", class="chat", slo="ttft"'
     quantile = f'slokit:latency_seconds:quantile5m{{{labels}, quantile="0.5"}}'
     rate = f'slokit_engine:latency_bucket:rate5m{{{labels}, le="+Inf", instance="a", engine="0"}}'

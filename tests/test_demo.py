@@ -303,7 +303,7 @@ def test_load_levels_run_to_their_bounds_and_stop_when_asked(tmp_path: Path) -> 
     import time
 
     from slokit.demo import run_load
-    from slokit.probe.emulator import EmulatorConfig, emulator_process
+    from slokit.local.emulator import EmulatorConfig, emulator_process
 
     config = EmulatorConfig(model="m", max_seqs=2, ttft=0.01, itl=0.005)
     with emulator_process(config, tmp_path / "emulator.log") as base:

@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 
 from slokit.cli import app
 from slokit.distributions import parse_distribution
+from slokit.local.emulator import FAULT_HEADER, EmulatorConfig, emulator_process
 from slokit.local.procs import free_port
 from slokit.probe import Criteria, Endpoint, Limits, Load, Progress, SearchConfig, Workload, probe_search, run_level
 from slokit.probe.client import HttpClient, Url
-from slokit.probe.emulator import FAULT_HEADER, EmulatorConfig, emulator_process
 from slokit.probe.load import LevelRun
 from slokit.spec import load_spec_text
 

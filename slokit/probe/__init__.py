@@ -12,8 +12,8 @@ The Python API (what the CLI and `slokit demo` call):
 
 `run_level` returns the raw per-request records; `probe_search` runs the SLO search (see `search`).
 Modules: client (HTTP and SSE with arrival stamps), load (closed and open loops), results (percentiles,
-constraints, files), search (bracket and bisect), report (JSON document, terminal table, progress),
-emulator (a local server with a known latency model).
+constraints, files), search (bracket and bisect), report (JSON document, terminal table, progress).
+Its test server, the emulator (a local server with a known latency model), lives in `slokit.local.emulator`.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ answers). `POST /emulator/config` changes the model at run time (JSON with any E
 
 Written on raw asyncio (not aiohttp) so that 1,000 streams cost the shared 2-core machine little CPU.
 
-Run it: `python -m slokit.probe.emulator --port 8100 --max-seqs 8 --ttft 20ms --itl 5ms`.
+Run it: `python -m slokit.local.emulator --port 8100 --max-seqs 8 --ttft 20ms --itl 5ms`.
 """
 
 from __future__ import annotations
@@ -471,7 +471,7 @@ def emulator_process(config: EmulatorConfig, log_path: Path, timeout: float = 30
     argv = [
         sys.executable,
         "-m",
-        "slokit.probe.emulator",
+        "slokit.local.emulator",
         "--host",
         LOOPBACK,
         "--port",
@@ -502,9 +502,9 @@ def _fault(text: str) -> tuple[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m slokit.probe.emulator`: serve until SIGTERM or Ctrl-C."""
+    """`python -m slokit.local.emulator`: serve until SIGTERM or Ctrl-C."""
     parser = argparse.ArgumentParser(
-        prog="python -m slokit.probe.emulator",
+        prog="python -m slokit.local.emulator",
         description="OpenAI-compatible streaming server with a known continuous-batching latency model.",
     )
     parser.add_argument("--host", default="127.0.0.1")
