@@ -29,22 +29,9 @@ from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
 from tests.slow_asgi import DELAY_HEADER
 
-DELAYS_MS = (
-    300,
-    320,
-    340,
-    360,
-    380,
-    400,
-    420,
-    440,
-    460,
-    480,
-    500,
-    520,
-)  # all above the chat TTFT objective (250 ms) at the frontend
+# 40 requests, all above the chat TTFT objective (250 ms) at the frontend: enough that p95 is not the slowest one.
+DELAYS_MS = tuple(300 + 20 * (i % 12) for i in range(40))
 TOLERANCE_S = 0.005
-SCHEDULING_S = 0.05  # see the p95 check: OS scheduling delay before the server reads the request
 FRONTEND_TTFT = schema.SLOKIT_METRICS.frontend_latency[Sli.TTFT]
 ENGINE_TTFT = schema.SLOKIT_METRICS.latency[Sli.TTFT]
 
@@ -101,6 +88,7 @@ def test_frontend_ttft_sees_a_starved_api_server_and_pages(
     vllm_server: VllmServer, engine_spec_path: Path, tmp_path: Path, promtool_path: str
 ) -> None:
     client, frontend, engine = [], [], []
+    _one_request(vllm_server, 0)  # warm-up: the first request pays for code paths and caches nobody else does
     first = before = _scrape(vllm_server.metrics_url)
     for delay_ms in DELAYS_MS:
         ttft = _one_request(vllm_server, delay_ms)
@@ -117,10 +105,7 @@ def test_frontend_ttft_sees_a_starved_api_server_and_pages(
         assert frontend[-1] <= ttft + TOLERANCE_S  # the frontend's clock starts after the client's
     gaps = [round(c - f, 4) for c, f in zip(client, frontend, strict=True)]
     assert abs(_rank(frontend, 0.5) - _rank(client, 0.5)) <= TOLERANCE_S, gaps
-    # p95 of a handful of requests is their slowest one; on a 2-core machine shared with other work, the kernel can
-    # hold a request's bytes for tens of ms before the API server is scheduled to read them, which no clock inside
-    # the process can see. The bound says the frontend misses at most that, never the slow layer's hundreds of ms.
-    assert abs(_rank(frontend, 0.95) - _rank(client, 0.95)) <= SCHEDULING_S, gaps
+    assert abs(_rank(frontend, 0.95) - _rank(client, 0.95)) <= TOLERANCE_S, gaps
     assert _rank(engine, 0.95) < 0.25 <= min(frontend)  # engine p95 under the objective; every user above it
 
     # The generated rules page on the frontend SLO when fed the scraped histograms; engine-measured rules do not.

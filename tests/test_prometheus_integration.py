@@ -83,7 +83,7 @@ class Traffic:
         self.end = end
         self.start = end - HISTORY
         self.yesterday = end - 86400
-        rng = random.Random(end % 7919)
+        rng = random.Random(7919)  # the same faults, relative to the end, in every run
         self.missed = {end + m for m in MISSED}
         for t in range(self.start + 60, end + 1, 60):
             rel = t - end
@@ -374,7 +374,10 @@ def test_recorded_values_match_python_on_real_prometheus(
 
 
 # Fixed ends at different hours of a day and minutes of an hour: the windows must match Python at every one.
-PINNED_ENDS = (1764560400, 1764560400 + 7 * 3600 + 17 * 60, 1764560400 + 13 * 3600 + 40 * 60, 1764560400 + 23 * 3600)
+DAY = 1764560400  # 2025-12-01 03:40 UTC
+PINNED_ENDS = tuple(  # every minute of a 5m tile (0 to 4) and hours spread over a day
+    DAY + h * 3600 + m * 60 for h, m in ((0, 0), (1, 31), (7, 17), (9, 8), (13, 40), (15, 14), (23, 0))
+)
 
 
 @pytest.mark.prometheus
