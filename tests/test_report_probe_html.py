@@ -91,8 +91,10 @@ def test_probe_report_figures_and_bad_input(tmp_path: Path) -> None:
     assert rows_by["tpot"]["events_total"] == len(tpot) and rows_by["tpot"]["events_good"] == tpot_good
     budget = 1 - 0.95
     assert rows_by["tpot"]["budget_remaining"] == pytest.approx(1 - (len(tpot) - tpot_good) / len(tpot) / budget)
-    assert rows_by["itl"]["events_total"] == 0 and rows_by["itl"]["attainment"] is None
+    assert rows_by["itl"]["events_total"] is None and rows_by["itl"]["attainment"] is None
+    assert rows_by["itl"]["status"] == "n/a"  # not measured by a probe: n/a with its reason, not "no traffic"
     assert any("ITL" in n for n in doc["notes"]) and any("2 load levels" in n for n in doc["notes"])
+    assert not any("no traffic" in n for n in doc["notes"])
     assert rows_by["ttft"]["worst_windows"] and rows_by["ttft"]["worst_windows"][0]["start"].startswith("+")
     assert "NaN" not in (out / "report.json").read_text()
 
