@@ -436,6 +436,10 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
     assert any("no traffic for class idle" in n for n in doc["notes"])
     assert any("history covers 0.5 of 28 days" in n for n in doc["notes"])
     assert not any(n.startswith("history covers") for n in doc["notes"])  # the period itself is fully covered
+    # The batch model's worst windows have no engine series and no planner figures: said, once each.
+    assert f"worst windows on {BATCH}: queue, KV cache, running batch, decode tokens/s n/a" in " ".join(doc["notes"])
+    assert any(n.startswith(f"worst windows on {BATCH}: the planner's decode figures are n/a") for n in doc["notes"])
+    assert not any(n.startswith(f"worst windows on {MODEL}") for n in doc["notes"])
 
     # Tiers: share of the bins with traffic whose interpolated percentile sits in each tier.
     ind = {(i["model"], i["class"], i["slo"]): i for i in doc["indicators"]}

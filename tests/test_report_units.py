@@ -189,7 +189,8 @@ def test_probe_report_covers_only_the_probed_class(tmp_path: Path) -> None:
     spec = load_spec(EXAMPLES / "assistant.yaml")
     rows = [
         {"level": 0, "run": 0, "warmup": False, "ok": True, "t_sched": i * 0.5, "t_done": i * 0.5 + 2,
-         "ttft": 0.1, "ttft_from_scheduled": 0.12, "tpot": 0.02, "e2e": 2.0, "e2e_from_scheduled": 2.0}
+         "ttft": 0.1, "ttft_from_scheduled": 0.9 if i == 3 else 0.12, "tpot": 0.02, "e2e": 2.0,
+         "e2e_from_scheduled": 2.0}
         for i in range(20)
     ]  # fmt: skip
     pd.DataFrame(rows).to_csv(tmp_path / "requests.csv", index=False)
@@ -207,6 +208,8 @@ def test_probe_report_covers_only_the_probed_class(tmp_path: Path) -> None:
     assert sum("itl" in n for n in notes) == 1  # ITL: one reason, not also "no traffic"
     assert any(n.startswith("SLO-window (28d) figures are n/a: a probe run") for n in notes), notes
     assert all(o["slo_window"] is None for o in document["objectives"])
+    assert rows_by["ttft"]["worst_windows"]  # the one slow request
+    assert any("engine signals and planner figures are n/a for a probe run" in n for n in notes), notes
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "| code |" not in markdown and "no traffic" not in markdown
     assert not math.isnan(rows_by["ttft"]["attainment"])

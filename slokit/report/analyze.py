@@ -211,6 +211,7 @@ def analyze(spec: Spec, data: ReportInput) -> dict[str, Any]:
         if slo.objective is not None:
             objectives.append(_objective(spec, key, slo, hist, data, starts, notes, rules_loaded))
     traffic = _traffic(spec, data, keys, starts, notes)
+    _explain_signals(data, objectives, notes)
     return {
         "slokit_report": REPORT_VERSION,
         "service": spec.service,
@@ -232,6 +233,36 @@ def analyze(spec: Spec, data: ReportInput) -> dict[str, Any]:
         "alerts": [_alert(data, a) for a in sorted(data.alerts, key=lambda a: (a.start, sorted(a.labels.items())))],
         "notes": notes,
     }
+
+
+SIGNAL_NAMES: Final = {
+    "queue_waiting_max": "queue",
+    "kv_cache_usage_max": "KV cache",
+    "requests_running_mean": "running batch",
+    "decode_tokens_per_second": "decode tokens/s",
+}
+
+
+def _explain_signals(data: ReportInput, objectives: Sequence[Mapping[str, Any]], notes: list[str]) -> None:
+    """One note per model whose worst windows show engine signals or planner figures as n/a, saying why."""
+    windows: dict[str, list[Mapping[str, Any]]] = {}
+    for o in objectives:
+        windows.setdefault(o["model"], []).extend(w["signals"] for w in o["worst_windows"])
+    for model, signals in windows.items():
+        if not signals:
+            continue
+        if data.source == "probe":
+            _note_once(notes, "worst windows: engine signals and planner figures are n/a for a probe run (it reads "
+                       "no engine metrics)")  # fmt: skip
+            continue
+        missing = [name for field_name, name in SIGNAL_NAMES.items() if all(s[field_name] is None for s in signals)]
+        if missing:
+            notes.append(f"worst windows on {model}: {', '.join(missing)} n/a (no such engine series in the period)")
+        if model not in data.decode_curves:
+            notes.append(
+                f"worst windows on {model}: the planner's decode figures are n/a (the spec names no GPU or preset "
+                "the planner can model for it)"
+            )
 
 
 def _share_of(part: float, whole: float) -> str:
