@@ -1,20 +1,25 @@
 """`slokit report` on a real Prometheus: every number of report.json against Python's own count of the raw data.
 
-History: 12 hours of per-minute raw series, anchored to the history's end E (the last whole hour at least an hour
-ago), so the data is the same at any wall-clock hour. Two chat engines (one restarts at E-3h: its counters reset;
-the other misses ten minutes of scrapes at E-5h), a TTFT incident at E-4h, an ITL incident at E-90m, a batch class
-with an E2E incident at E-150m, engine gauges and counters that move with the chat incident, a class with no
-traffic at all, and two firing episodes of an alert in `ALERTS`. The first hour is quiet, so every recorded window
-covers all events. The generated recording rules are evaluated over that history by real Prometheus (level by
-level, as in test_prometheus_integration.py), then `slokit report` runs as a subprocess over --from E-6h --to E.
+History: 12 hours of per-minute raw series, anchored to a fixed end E (2025-12-04T00:00:00Z, as in
+test_backtest.py), so nothing depends on the hour the test runs; the Prometheus keeps 100 years of data, so that old
+history is never deleted, and every query asks at E. Two chat engines (one restarts at E-3h: its counters reset; the
+other misses ten minutes of scrapes at E-5h), a TTFT incident at E-4h, an ITL incident at E-90m, a batch class with
+an E2E incident at E-150m, engine gauges and counters that move with the chat incident (the running batch
+alternates, so its mean and its largest value differ), a class with no traffic at all, and two firing episodes of an
+alert in `ALERTS`. The first hour is quiet, so every recorded window covers all events. The generated recording
+rules are evaluated over that history by real Prometheus (level by level, as in test_prometheus_integration.py),
+then `slokit report` runs as a subprocess over --from E-6h --to E.
 
 The expected figures are computed here from the per-minute truth (events a missed scrape hid are carried by the
-next sample; a reset sample carries the events since the restart), with this file's own percentile and window
-code.
+next sample; a reset sample carries the events since the restart), with this file's own percentile, window,
+`rate()` and interpolation code. The SLO-window figures are the one exception: they are compared exactly with the
+records Prometheus stores, and within 2% with the truth (see the comment at that check).
 """
 
 from __future__ import annotations
 
+import csv
+import itertools
 import json
 import math
 import os
@@ -36,7 +41,12 @@ from slokit.local.prometheus import (
     backfill_rules,
     move_blocks,
 )
-from slokit.plan.roofline import decode_tokens_per_second, expected_decode_tokens_per_second, plan_for_model
+from slokit.plan.roofline import (
+    decode_tokens_per_second,
+    expected_decode_curve,
+    expected_decode_tokens_per_second,
+    plan_for_model,
+)
 from slokit.schema import Sli
 from slokit.spec import PERCENTILES, Spec, load_spec_text
 from slokit.units import format_le, prom_duration
@@ -84,7 +94,8 @@ WIDTH = 30  # bins in a worst window: 30 minutes, a twelfth of the period
 ALERT = {"alertname": "SlokitChatTtftBurnRate", "alertstate": "firing", "service": "rtest",
          "severity": "critical", "model": "llama-3-8b", "class": "chat", "slo": "ttft"}  # fmt: skip
 MODEL, BATCH = "llama-3-8b", "batchm"
-RUNNING = 16  # requests running per engine (a batch the planner tabulates)
+END = 1_764_806_400  # 2025-12-04T00:00:00Z: a fixed anchor for the history's end
+RUNNING = 16  # requests running per engine during the chat incident (a batch the planner tabulates)
 
 Events = Callable[[int], dict[float, int]]
 
@@ -144,7 +155,9 @@ class History:
         return 0 if self.quiet(t) else (600 if self.chat_incident(t) else 3000)
 
     def running(self, t: int) -> float:
-        return RUNNING  # the same batch throughout: the incident's decode is slow at the batch it runs
+        if self.chat_incident(t):
+            return RUNNING  # the incident's decode is slow at the batch it runs
+        return 12.0 if (t // 60) % 3 == 0 else 20.0  # elsewhere it alternates: mean and max differ
 
 
 def cumulative_series(
@@ -278,12 +291,11 @@ def near(value: Any, expected: float | None) -> bool:
 def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, prometheus_factory: Any) -> None:
     spec = load_spec_text(SPEC, str(tmp_path / "rtest.yaml"))
     (tmp_path / "rtest.yaml").write_text(SPEC, encoding="utf-8")
-    now = int(time.time())
-    end = (now - HOUR) // HOUR * HOUR
+    end = END
     history = History(end)
     writer = OpenMetricsWriter()
     backfill(history, spec, writer)
-    server: LocalPrometheus = prometheus_factory()
+    server: LocalPrometheus = prometheus_factory(retention="100y")  # the history is old: keep it
     backfill_openmetrics(writer.text(), server.data_dir, workdir=tmp_path)
     server.start()
     for depth, rules in enumerate(_levels(spec)):
@@ -304,7 +316,11 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
     assert done.returncode == 1, done.stderr  # chat TTFT misses its objective: exit 1
     assert "reading" in done.stderr and f"report: {out / 'report.html'}" in done.stdout
     doc = json.loads((out / "report.json").read_text())
-    assert doc["period"]["step_seconds"] == STEP and doc["period"]["from_unix"] == start
+    assert doc["period"] == {
+        "from": utc(start), "to": utc(end), "from_unix": start, "to_unix": end, "seconds": PERIOD,
+        "step_seconds": STEP, "slo_window_seconds": 28 * 86400,
+    }  # fmt: skip
+    assert utc(end) == "2025-12-04T00:00:00Z"
 
     ttft_bounds, itl_bounds, e2e_bounds = (spec.buckets(s) for s in (Sli.TTFT, Sli.ITL, Sli.E2E))
     truth = {
@@ -322,6 +338,11 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
     # below the full engine's: a report comparing with the full batch would call every window slow.
     expected_decode = decode_tokens_per_second(plan.inputs, RUNNING)
     assert expected_decode < 0.5 * full_batch
+    curve = expected_decode_curve(spec, spec.model(MODEL))
+    assert curve is not None
+    assert at_batch([(p.batch, p.step_seconds) for p in curve], RUNNING) == pytest.approx(expected_decode, rel=1e-9)
+    tokens = {pod: token_samples(history, pod) for pod in ("a", "b")}
+    running_means: list[float] = []
     for key, (rows_binned, bounds, threshold, objective) in truth.items():
         o = rows[key]
         good_index = bounds.index(threshold)
@@ -341,20 +362,32 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
         # Worst windows: 30 minutes (a twelfth) for a 6h period, non-overlapping, highest slow share first.
         chosen = worst(totals, goods, WIDTH)
         assert [w["start_unix"] for w in o["worst_windows"]] == [start + i * STEP for i in chosen], key
+        assert len(o["worst_windows"]) == len(chosen) > 0, key
         for w, i in zip(o["worst_windows"], chosen, strict=True):
             t, g = sum(totals[i : i + WIDTH]), sum(goods[i : i + WIDTH])
             assert w["events_total"] == t and w["events_good"] == g and near(w["error_ratio"], (t - g) / t)
+            assert near(w["burn_rate"], (t - g) / t / budget), key
+            assert w["start"] == utc(start + i * STEP) and w["end_unix"] == start + (i + WIDTH) * STEP, key
             signals = w["signals"]
-            minutes = [start + (i + k + 1) * STEP for k in range(WIDTH)]
+            minutes = [start + (i + k + 1) * STEP for k in range(WIDTH)]  # each bin's end: where its point is
             if key[0] == MODEL:
                 assert signals["queue_waiting_max"] == max(history.waiting(m) for m in minutes)
                 assert signals["kv_cache_usage_max"] == pytest.approx(max(history.kv(m) for m in minutes))
-                assert signals["requests_running_mean"] == RUNNING
-                assert signals["expected_decode_tokens_per_second"] == pytest.approx(expected_decode)
+                # Both engines run the same batch; each bin holds one sample of each (pod a's missed scrapes
+                # leave pod b's alone, the same value).
+                running = sum(history.running(m) for m in minutes) / WIDTH
+                running_means.append(running)
+                assert near(signals["requests_running_mean"], running), key
+                expected = at_batch([(p.batch, p.step_seconds) for p in curve], running)
+                assert near(signals["expected_decode_tokens_per_second"], expected), key
                 assert signals["expected_decode_tokens_per_second_full_batch"] == pytest.approx(full_batch)
-                assert signals["decode_tokens_per_second"] is not None
+                # Per bin, the mean over engines of Prometheus's rate() over 2m, then the mean over the window.
+                decode = sum(mean_rate(tokens, m, 120) for m in minutes) / WIDTH
+                assert signals["decode_tokens_per_second"] == pytest.approx(decode, rel=1e-9), key
+                assert signals["decode_vs_expected"] == pytest.approx(decode / expected, rel=1e-9), key
             else:
                 assert signals["queue_waiting_max"] is None and signals["decode_vs_expected"] is None
+                assert signals["requests_running_mean"] is None and signals["decode_tokens_per_second"] is None
         # SLO window from the records: the whole (quiet-started) history, 12h of the 28d window. The report copies
         # the records exactly; they are built from 5m rates, which extrapolate where traffic changes and cannot
         # see the events a 10-minute scrape gap hides (pod a), so they come within 2% of the truth, not exactly:
@@ -386,10 +419,27 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
     assert top["signals"]["decode_tokens_per_second"] == pytest.approx(decode, rel=1e-9)
     assert top["signals"]["decode_vs_expected"] == pytest.approx(decode / expected_decode, rel=1e-9)
 
+    assert max(running_means) > min(running_means)  # the batch moved: a constant would hide a wrong mean
+    assert any(not m.is_integer() for m in running_means)  # and a window's mean is no sample's value (12, 16, 20)
+
     idle = rows[(MODEL, "idle", "ttft")]
-    assert idle["events_total"] == 0 and idle["attainment"] is None and idle["met"] is None
+    assert idle["events_total"] == 0 and idle["events_good"] == 0 and idle["attainment"] is None
+    assert idle["met"] is None and idle["status"] == "no traffic"
+    assert idle["budget_consumed"] is None and idle["budget_remaining"] is None and idle["worst_windows"] == []
+    assert idle["burn_rate_timeline"] == {"bin_starts": [], "burn_rate": [], "events": []}
+    # No raw series, so no records: every SLO-window figure is n/a and a note says why.
+    assert idle["slo_window"] == {
+        "window_seconds": 28 * 86400, "events_total": None, "events_good": None, "attainment": None,
+        "budget_remaining": None, "history_seconds": None,
+    }  # fmt: skip
+    assert any(n.startswith("idle/ttft on llama-3-8b: no 28d SLO-window records for it") for n in doc["notes"])
     assert any("no traffic for class idle" in n for n in doc["notes"])
     assert any("history covers 0.5 of 28 days" in n for n in doc["notes"])
+    assert not any(n.startswith("history covers") for n in doc["notes"])  # the period itself is fully covered
+    # The batch model's worst windows have no engine series and no planner figures: said, once each.
+    assert f"worst windows on {BATCH}: queue, KV cache, running batch, decode tokens/s n/a" in " ".join(doc["notes"])
+    assert any(n.startswith(f"worst windows on {BATCH}: the planner's decode figures are n/a") for n in doc["notes"])
+    assert not any(n.startswith(f"worst windows on {MODEL}") for n in doc["notes"])
 
     # Tiers: share of the bins with traffic whose interpolated percentile sits in each tier.
     ind = {(i["model"], i["class"], i["slo"]): i for i in doc["indicators"]}
@@ -405,6 +455,22 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
         shares = ind[(MODEL, "chat", "ttft")]["tiers"][p]
         assert all(near(shares[n], c / len(with_traffic)) for n, c in counts.items()), (p, shares, counts)
     assert ind[(MODEL, "chat", "ttft")]["tiers"]["p95"]["critical"] > 0  # the incident: p95 between 1s and 2s
+    # Per-bin percentiles (those the tiers and the consistency name), bins with traffic, bin starts.
+    named = {
+        (MODEL, "chat", "ttft"): ("p50", "p95"),
+        (MODEL, "chat", "itl"): (),
+        (BATCH, "batch", "e2e"): ("p50", "p99"),
+    }
+    for key, ps in named.items():
+        rows_binned, bounds = truth[key][0], truth[key][1]
+        i = ind[key]
+        assert i["bins_with_traffic"] == sum(1 for r in rows_binned if r[-1] > 0), key
+        assert i["bin_starts"] == [start + k * STEP for k in range(PERIOD // STEP)], key
+        assert set(i["percentiles"]) == set(ps), key
+        for p in ps:
+            values = [histogram_quantile(PERCENTILES[p], bounds, r) if r[-1] else None for r in rows_binned]
+            assert all(near(a, b) for a, b in zip(i["percentiles"][p], values, strict=True)), (key, p)
+    assert ind[(MODEL, "idle", "ttft")]["bins_with_traffic"] == 0 and ind[(MODEL, "idle", "ttft")]["percentiles"] == {}
 
     # Consistency of the batch class, over the period and per bin.
     batch_rows = truth[(BATCH, "batch", "e2e")][0]
@@ -412,19 +478,32 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
     ratio = histogram_quantile(0.99, e2e_bounds, summed) / histogram_quantile(0.5, e2e_bounds, summed)
     consistency = ind[(BATCH, "batch", "e2e")]["consistency"]
     assert near(consistency["period_p99_over_p50"], ratio) and consistency["met"] is (ratio <= 1.6)
-    per_bin = [
-        histogram_quantile(0.99, e2e_bounds, r) / histogram_quantile(0.5, e2e_bounds, r) for r in batch_rows if r[-1]
+    timeline = [
+        histogram_quantile(0.99, e2e_bounds, r) / histogram_quantile(0.5, e2e_bounds, r) if r[-1] else None
+        for r in batch_rows
     ]
+    assert all(near(a, b) for a, b in zip(consistency["timeline"], timeline, strict=True))
+    per_bin = [v for v in timeline if v is not None]
     assert near(consistency["share_of_time_over_limit"], sum(v > 1.6 for v in per_bin) / len(per_bin))
+    assert consistency["max_p99_over_p50"] == 1.6
+    assert ind[(MODEL, "chat", "ttft")]["consistency"] is None
 
-    # Alerts: both firing episodes, first and last sample.
+    # Alerts: both firing episodes, first and last sample, and the labels they carry.
     assert [(a["start_unix"], a["end_unix"]) for a in doc["alerts"]] == alert_episodes(history)
-    assert all(a["alertname"] == ALERT["alertname"] and a["severity"] == "critical" for a in doc["alerts"])
-    # Traffic per model and class.
+    for a, (first, last) in zip(doc["alerts"], alert_episodes(history), strict=True):
+        assert a["duration_seconds"] == last - first and a["start"] == utc(first) and a["end"] == utc(last)
+        assert (a["alertname"], a["severity"]) == (ALERT["alertname"], "critical")
+        assert (a["model"], a["class"], a["slo"]) == (MODEL, "chat", "ttft")
+    # Traffic per model and class: requests, counted from TTFT (chat) and E2E (batch); none for idle.
     traffic = {(t["model"], t["class"]): t for t in doc["traffic"]}
-    chat_total = sum(r[-1] for r in truth[(MODEL, "chat", "ttft")][0])
-    assert traffic[(MODEL, "chat")]["requests"] == chat_total
-    assert near(traffic[(MODEL, "chat")]["requests_per_second"], chat_total / PERIOD)
+    assert set(traffic) == {(MODEL, "chat"), (BATCH, "batch")}
+    for (model, cls), sli in (((MODEL, "chat"), "ttft"), ((BATCH, "batch"), "e2e")):
+        per_bin_events = [r[-1] for r in truth[(model, cls, sli)][0]]
+        entry = traffic[(model, cls)]
+        assert entry["counted_from"] == sli and entry["unit"] == "requests"
+        assert entry["requests"] == entry["events"] == sum(per_bin_events)
+        assert near(entry["requests_per_second"], sum(per_bin_events) / PERIOD)
+        assert entry["timeline"]["events"] == per_bin_events
 
     # The other files: markdown headline first, HTML self-contained, a CSV behind every plot.
     markdown = (out / "report.md").read_text()
@@ -434,7 +513,71 @@ def test_report_numbers_match_python_on_real_prometheus(tmp_path: Path, promethe
     assert "http://" not in html.replace(server.url, "") and "https://" not in html
     assert html.count("data:image/png;base64,") == len(list(out.glob("*.png"))) > 0
     assert all((out / f"{p.stem}.csv").exists() for p in out.glob("*.png"))
+    # The CSV behind a plot holds the numbers of report.json.
+    burn_csv = list(csv.DictReader((out / "burn-llama_3_8b-chat-ttft.csv").open()))
+    assert [float(r["bin_start"]) for r in burn_csv] == chat["burn_rate_timeline"]["bin_starts"]
+    assert all(
+        near(float(r["burn_rate"]) if r["burn_rate"] else None, v)
+        for r, v in zip(burn_csv, chat["burn_rate_timeline"]["burn_rate"], strict=True)
+    )
+    traffic_csv = list(csv.DictReader((out / "traffic.csv").open()))
+    assert [float(r["chat on llama-3-8b requests"]) for r in traffic_csv] == traffic[(MODEL, "chat")]["timeline"][
+        "events"
+    ]
+    assert [float(r["batch on batchm requests"]) for r in traffic_csv] == traffic[(BATCH, "batch")]["timeline"][
+        "events"
+    ]
     assert "NaN" not in (out / "report.json").read_text() and "nan" not in markdown.lower().replace("nano", "")
+
+
+def utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def at_batch(curve: list[tuple[int, float]], batch: float) -> float:
+    """The planner's tokens/s per engine at a mean batch: the step time read linearly between tabulated batches."""
+    for (b0, s0), (b1, s1) in itertools.pairwise(curve):
+        if b0 <= batch <= b1:
+            return batch / (s0 + (s1 - s0) * (batch - b0) / (b1 - b0))
+    raise AssertionError(f"batch {batch} outside the curve")
+
+
+def token_samples(history: History, pod: str) -> dict[int, float]:
+    """The generation-token counter's samples of one engine, as backfilled."""
+    out: dict[int, float] = {}
+    total = 0
+    for t in history.times:
+        if t == history.reset_at and pod == "b":
+            total = 0
+        total += history.tokens(t)
+        if history.observed(pod, t):
+            out[t] = total
+    return out
+
+
+def prom_rate(samples: dict[int, float], at: int, window: int) -> float | None:
+    """Prometheus 2's `rate(x[window])` at `at` for one series: samples in [at - window, at], reset-aware increase,
+    extrapolated to the window's edges (by at most 1.1 average gaps, not below zero); None under two samples."""
+    points = [(t, samples[t]) for t in sorted(samples) if at - window <= t <= at]
+    if len(points) < 2:
+        return None
+    increase = points[-1][1] - points[0][1]
+    for (_, previous), (_, value) in itertools.pairwise(points):
+        if value < previous:
+            increase += previous
+    sampled = points[-1][0] - points[0][0]
+    gap = sampled / (len(points) - 1)
+    to_start, to_end = points[0][0] - (at - window), at - points[-1][0]
+    if increase > 0 and points[0][1] >= 0:
+        to_start = min(to_start, sampled * points[0][1] / increase)
+    interval = sampled + (to_start if to_start < 1.1 * gap else gap / 2) + (to_end if to_end < 1.1 * gap else gap / 2)
+    return increase * interval / sampled / window
+
+
+def mean_rate(tokens: dict[str, dict[int, float]], at: int, window: int) -> float:
+    """`avg by (model) (rate(...))`: the mean over the engines that have a rate at `at`."""
+    rates = [r for r in (prom_rate(samples, at, window) for samples in tokens.values()) if r is not None]
+    return sum(rates) / len(rates)
 
 
 def record_values(server: LocalPrometheus, key: tuple[str, str, str], at: int) -> dict[str, float]:

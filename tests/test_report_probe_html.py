@@ -1,10 +1,11 @@
 """`slokit report --probe`: figures from a probe run's requests.csv, and report.html rendered by headless Chromium.
 
-The CSV has the columns `slokit probe -o DIR` writes (two load levels, warm-up rows, failed requests, a
-one-token answer with no TPOT); the expected figures are counted here. Chromium (Debian's `chromium`, no network,
-fresh profile) loads a copy of report.html with a probe script appended that records, after load, how many rows the
-headline table has and each image's decoded size; a screenshot at phone width must not be blank and the page must
-not scroll sideways.
+The CSV has the columns `slokit probe -o DIR` writes (two load levels, warm-up rows, failed requests, a one-token
+answer with no TPOT); the expected figures are counted here. Chromium (Debian's `chromium`, fresh profile, no
+network: a refusing proxy and a resolver that finds no host) loads a copy of report.html, of that probe run and of a
+Prometheus-mode report built from a measured input without a server, with a probe script appended that records,
+after load, how many rows the headline table has and each image's decoded size; a screenshot at phone width must not
+be blank and the page must not scroll sideways.
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ def test_probe_report_figures_and_bad_input(tmp_path: Path) -> None:
     assert rows_by["tpot"]["events_total"] == len(tpot) and rows_by["tpot"]["events_good"] == tpot_good
     budget = 1 - 0.95
     assert rows_by["tpot"]["budget_remaining"] == pytest.approx(1 - (len(tpot) - tpot_good) / len(tpot) / budget)
-    assert rows_by["itl"]["events_total"] == 0 and rows_by["itl"]["attainment"] is None
+    assert rows_by["itl"]["events_total"] is None and rows_by["itl"]["attainment"] is None
+    assert rows_by["itl"]["status"] == "n/a"  # not measured by a probe: n/a with its reason, not "no traffic"
     assert any("ITL" in n for n in doc["notes"]) and any("2 load levels" in n for n in doc["notes"])
+    assert not any("no traffic" in n for n in doc["notes"])
     assert rows_by["ttft"]["worst_windows"] and rows_by["ttft"]["worst_windows"][0]["start"].startswith("+")
     assert "NaN" not in (out / "report.json").read_text()
 
@@ -124,8 +127,53 @@ window.addEventListener('load', function () {
 """
 
 
-@pytest.mark.timeout(180)
-def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
+def _prometheus_report(out: Path, spec_path: Path) -> int:
+    """A Prometheus-mode report built from a measured input without a server (6h of 1m bins: burn rates,
+    percentiles, worst windows with engine signals, an alert, SLO-window records); returns its objectives."""
+    import numpy as np
+
+    from slokit.report.analyze import AlertEpisode, Histogram, Key, ReportInput, WindowRecords, analyze
+    from slokit.report.render import write_report
+    from slokit.schema import Sli
+    from slokit.spec import load_spec
+
+    spec = load_spec(spec_path)
+    end = 1_764_806_400.0
+    data = ReportInput("prometheus", "http://127.0.0.1:9090", end - 6 * 3600, end, 60.0)
+    rng = np.random.default_rng(7)
+    bins = data.bins
+    slow = np.zeros(bins)
+    slow[120:150] = 1.0  # a half-hour incident
+    for sli, scale in ((Sli.TTFT, 0.15), (Sli.TPOT, 0.02), (Sli.ITL, 0.02)):
+        bounds = spec.buckets(sli)
+        counts = np.zeros((bins, len(bounds) + 1))
+        for i in range(bins):
+            values = rng.lognormal(np.log(scale * (1 + 4 * slow[i])), 0.5, size=40 + int(20 * np.sin(i / 30)))
+            for j, bound in enumerate((*bounds, float("inf"))):
+                counts[i, j] = float((values <= bound).sum())
+        threshold = spec.request_class("chat").slos[sli].objective.threshold  # type: ignore[union-attr]
+        data.histograms[Key("m1", "chat", sli)] = Histogram(tuple(bounds), counts, counts[:, bounds.index(threshold)])
+        data.records[Key("m1", "chat", sli)] = WindowRecords(1e6, 0.97e6, 0.03, 0.4, end - 10 * 86400)
+    data.signals = {
+        "queue_waiting": {"m1": 30 * slow},
+        "kv_cache_usage": {"m1": 0.3 + 0.6 * slow},
+        "requests_running": {"m1": 4 + 4 * slow},
+        "decode_tokens_per_second": {"m1": 400 - 300 * slow},
+    }
+    data.alerts = [AlertEpisode({"alertname": "SlokitErrorBudgetBurn", "severity": "critical", "model": "m1",
+                                 "class": "chat", "slo": "ttft"}, data.start + 7260, data.start + 8400)]  # fmt: skip
+    document = analyze(spec, data)
+    write_report(document, out)
+    return len(document["objectives"])
+
+
+PROBE = "probe"
+PROMETHEUS = "prometheus"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("source", [PROBE, PROMETHEUS])
+def test_report_html_renders_in_headless_chromium(tmp_path: Path, source: str) -> None:
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip("chromium is not installed (apt-get install chromium; make system-deps)")
@@ -133,16 +181,24 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
 
     spec = tmp_path / "ptest.yaml"
     spec.write_text(SPEC, encoding="utf-8")
-    pd.DataFrame(_rows(), columns=list(COLUMNS)).to_csv(tmp_path / "requests.csv", index=False)
     out = tmp_path / "out"
-    done = _run(str(spec), "--probe", str(tmp_path / "requests.csv"), "--class", "chat", "-o", str(out))
-    assert done.returncode in (0, EXIT_FAILED), done.stderr
+    if source == PROBE:
+        pd.DataFrame(_rows(), columns=list(COLUMNS)).to_csv(tmp_path / "requests.csv", index=False)
+        done = _run(str(spec), "--probe", str(tmp_path / "requests.csv"), "--class", "chat", "-o", str(out))
+        assert done.returncode in (0, EXIT_FAILED), done.stderr
+        objectives = 3
+    else:
+        objectives = _prometheus_report(out, spec)
+        assert objectives == 3
+        assert "| m1 | chat | ttft <= 500.0ms |" in (out / "report.md").read_text()
     page = (out / "report.html").read_text(encoding="utf-8")
     probe = tmp_path / "probe.html"
     probe.write_text(page.replace("</body>", PROBE_SCRIPT + "</body>"), encoding="utf-8")
+    # No network: a proxy that refuses and a resolver that finds no host, on top of the background switches.
     flags = [
         "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--virtual-time-budget=10000", "--window-size=390,2400",
+        "--disable-sync", "--no-first-run", "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=10000", "--window-size=390,2400",
     ]  # fmt: skip
     dom = subprocess.run(
         [chromium, *flags, f"--user-data-dir={tmp_path / 'profile1'}", "--dump-dom", probe.as_uri()],
@@ -151,9 +207,9 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert 'id="probe-result"' in dom.stdout, dom.stderr[-2000:]
     result = json.loads(dom.stdout.split('id="probe-result">', 1)[1].split("</pre>", 1)[0].replace("&quot;", '"'))
     plots = len(list(out.glob("*.png")))
-    assert plots >= 3 and len(result["images"]) == plots
+    assert plots >= (3 if source == PROBE else 5) and len(result["images"]) == plots
     assert all(w > 100 and h > 50 for w, h in result["images"]), result  # every plot decoded
-    assert result["rows"] == 3  # one headline row per objective
+    assert result["rows"] == objectives  # one headline row per objective
     assert result["overflow"] <= 0, result  # tables scroll inside their box; the page never scrolls sideways
 
     shot = tmp_path / "shot.png"

@@ -60,7 +60,8 @@ def report_command(
 ) -> None:
     """Write the SLO compliance report: per objective attainment, budget, burn rate, tiers, worst windows, alerts.
 
-    Exit code 0 when every objective with traffic was met, 1 when one was missed, 2 on bad input.
+    Exit code 0 when no objective was missed (those without traffic or that cannot be judged print n/a and the
+    notes say why), 1 when one was missed, 2 on bad input.
 
       slokit report slo.yaml --prometheus http://127.0.0.1:9090 --last 7d -o report/
 
@@ -102,14 +103,16 @@ def report_command(
             document, paths = report_from_prometheus(loaded, prometheus, begin, to, output)
         except ReportSourceError as exc:
             raise _fail(str(exc)) from None
+    from slokit.report.render import status_text
+
     for note in document["notes"]:
         typer.echo(f"note: {note}", err=True)
     for row in document["objectives"]:
-        status = "no traffic" if row["met"] is None else ("met" if row["met"] else "MISSED")
+        status = status_text(row)
         attainment = "n/a" if row["attainment"] is None else f"{row['attainment']:.4%}"
         typer.echo(f"{row['model']} {row['class']} {row['slo']}: {attainment} of {row['objective']:.2%} ({status})")
     typer.echo(f"report: {paths[0]}")
-    if any(row["met"] is False for row in document["objectives"]):
+    if any(row["status"] == "missed" for row in document["objectives"]):
         raise typer.Exit(EXIT_FAILED)
 
 

@@ -28,6 +28,10 @@ from slokit.units import format_duration
 
 WORST_WINDOWS: Final = 5
 REPORT_VERSION: Final = 1
+# Traffic is counted from one SLI per class: TTFT and E2E observe once per request, TPOT once per request of two or
+# more tokens; ITL observes once per output event, so a class with only an ITL SLO is counted in tokens.
+TRAFFIC_SLIS: Final = (Sli.TTFT, Sli.E2E, Sli.TPOT, Sli.ITL)
+COVERAGE_SLACK: Final = 300.0  # a first sample this close to the period's start covers it (Prometheus's lookback)
 Floats = npt.NDArray[np.float64]
 
 
@@ -53,7 +57,9 @@ class Histogram:
 
     bounds: tuple[float, ...]  # finite upper bounds, ascending
     counts: Floats  # shape (bins, len(bounds) + 1), cumulative per row
-    good: Floats | None  # shape (bins,): events at or under the objective threshold; None without an objective
+    # shape (bins,): events at or under the objective threshold; None without an objective, or when the source
+    # cannot count them (the threshold is not a bucket boundary): then attainment and status are n/a
+    good: Floats | None
 
     @property
     def total(self) -> Floats:
@@ -100,6 +106,11 @@ class ReportInput:
     # The planner's decode step time (seconds) per engine at tabulated batches, per model: (batch, step) ascending.
     decode_curves: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # (model, class) pairs the source covers (a probe run: the one class it sent); None: every pair of the spec.
+    scope: frozenset[tuple[str, str]] | None = None
+    # Indicators the source cannot measure, with the reason (a probe's requests.csv has no ITL): n/a, not "no traffic".
+    unmeasured: dict[Key, str] = field(default_factory=dict)
+    history_start: float | None = None  # earliest raw sample of any latency series read (None: none, or unknown)
 
     @property
     def bins(self) -> int:
@@ -179,30 +190,28 @@ def analyze(spec: Spec, data: ReportInput) -> dict[str, Any]:
     notes = list(data.notes)
     starts = data.bin_starts()
     span = data.end - data.start
+    if data.history_start is not None and data.history_start > data.start + COVERAGE_SLACK:
+        covered = max(0.0, data.end - data.history_start)
+        notes.append(
+            f"history covers {_share_of(covered, span)} of the period: the earliest raw sample is at "
+            f"{data.when(data.history_start)}, so period figures count events from then on"
+        )
+    keys = [k for k in indicator_keys(spec) if data.scope is None or (k.model, k.request_class) in data.scope]
+    rules_loaded = any(r.error_ratio is not None for r in data.records.values())
     objectives: list[dict[str, Any]] = []
     indicators: list[dict[str, Any]] = []
-    traffic: list[dict[str, Any]] = []
-    seen_traffic: set[tuple[str, str]] = set()
-    for key in indicator_keys(spec):
+    for key in keys:
         rc = spec.request_class(key.request_class)
         slo = rc.slos[key.sli]
         hist = data.histograms.get(key)
         total_events = float(hist.total.sum()) if hist is not None else 0.0
-        if hist is None or total_events <= 0:
+        if key not in data.unmeasured and (hist is None or total_events <= 0):
             notes.append(f"no traffic for class {key.request_class} ({key.sli.value}) on {key.model} in the period")
-        if (key.model, key.request_class) not in seen_traffic and hist is not None:
-            seen_traffic.add((key.model, key.request_class))
-            traffic.append(
-                {
-                    "model": key.model,
-                    "class": key.request_class,
-                    "requests": total_events,
-                    "requests_per_second": total_events / span if span > 0 else None,
-                }
-            )
         indicators.append(_indicator(key, slo, hist, starts))
         if slo.objective is not None:
-            objectives.append(_objective(spec, key, slo, hist, data, starts, notes))
+            objectives.append(_objective(spec, key, slo, hist, data, starts, notes, rules_loaded))
+    traffic = _traffic(spec, data, keys, starts, notes)
+    _explain_signals(data, objectives, notes)
     return {
         "slokit_report": REPORT_VERSION,
         "service": spec.service,
@@ -224,6 +233,79 @@ def analyze(spec: Spec, data: ReportInput) -> dict[str, Any]:
         "alerts": [_alert(data, a) for a in sorted(data.alerts, key=lambda a: (a.start, sorted(a.labels.items())))],
         "notes": notes,
     }
+
+
+SIGNAL_NAMES: Final = {
+    "queue_waiting_max": "queue",
+    "kv_cache_usage_max": "KV cache",
+    "requests_running_mean": "running batch",
+    "decode_tokens_per_second": "decode tokens/s",
+}
+
+
+def _explain_signals(data: ReportInput, objectives: Sequence[Mapping[str, Any]], notes: list[str]) -> None:
+    """One note per model whose worst windows show engine signals or planner figures as n/a, saying why."""
+    windows: dict[str, list[Mapping[str, Any]]] = {}
+    for o in objectives:
+        windows.setdefault(o["model"], []).extend(w["signals"] for w in o["worst_windows"])
+    for model, signals in windows.items():
+        if not signals:
+            continue
+        if data.source == "probe":
+            _note_once(notes, "worst windows: engine signals and planner figures are n/a for a probe run (it reads "
+                       "no engine metrics)")  # fmt: skip
+            continue
+        missing = [name for field_name, name in SIGNAL_NAMES.items() if all(s[field_name] is None for s in signals)]
+        if missing:
+            notes.append(f"worst windows on {model}: {', '.join(missing)} n/a (no such engine series in the period)")
+        if model not in data.decode_curves:
+            notes.append(
+                f"worst windows on {model}: the planner's decode figures are n/a (the spec names no GPU or preset "
+                "the planner can model for it)"
+            )
+
+
+def _share_of(part: float, whole: float) -> str:
+    """`2.0 of 28 days`, or `4.0 of 6 hours` for periods under a day."""
+    if whole >= 86400:
+        return f"{part / 86400:.1f} of {whole / 86400:g} days"
+    return f"{part / 3600:.1f} of {whole / 3600:g} hours"
+
+
+def _traffic(
+    spec: Spec, data: ReportInput, keys: Sequence[Key], starts: Floats, notes: list[str]
+) -> list[dict[str, Any]]:
+    """Events per model and class, counted from one SLI: TTFT, else E2E, else TPOT (requests), else ITL (tokens)."""
+    span = data.end - data.start
+    out: list[dict[str, Any]] = []
+    for model, class_name in dict.fromkeys((k.model, k.request_class) for k in keys):
+        rc = spec.request_class(class_name)
+        sli = next((s for s in TRAFFIC_SLIS if s in rc.slos and Key(model, class_name, s) in data.histograms), None)
+        if sli is None:
+            continue
+        hist = data.histograms[Key(model, class_name, sli)]
+        total = float(hist.total.sum())
+        unit = "tokens" if sli is Sli.ITL else "requests"
+        rate = total / span if span > 0 else None
+        if unit == "tokens":
+            notes.append(
+                f"traffic of class {class_name} on {model} is counted in output tokens (ITL observations): the class "
+                "has no TTFT, E2E or TPOT SLO to count requests by, so its requests are n/a"
+            )
+        out.append(
+            {
+                "model": model,
+                "class": class_name,
+                "counted_from": sli.value,
+                "unit": unit,
+                "events": total,
+                "events_per_second": rate,
+                "requests": total if unit == "requests" else None,
+                "requests_per_second": rate if unit == "requests" else None,
+                "timeline": {"bin_starts": [float(t) for t in starts], "events": [float(v) for v in hist.total]},
+            }
+        )
+    return out
 
 
 def _alert(data: ReportInput, episode: AlertEpisode) -> dict[str, Any]:
@@ -294,15 +376,32 @@ def _indicator(key: Key, slo: SloSpec, hist: Histogram | None, starts: Floats) -
 
 
 def _objective(
-    spec: Spec, key: Key, slo: SloSpec, hist: Histogram | None, data: ReportInput, starts: Floats, notes: list[str]
+    spec: Spec,
+    key: Key,
+    slo: SloSpec,
+    hist: Histogram | None,
+    data: ReportInput,
+    starts: Floats,
+    notes: list[str],
+    rules_loaded: bool,
 ) -> dict[str, Any]:
     objective = slo.objective
     assert objective is not None
     budget = objective.error_budget
-    total = float(hist.total.sum()) if hist is not None else 0.0
-    good = float(hist.good.sum()) if hist is not None and hist.good is not None else 0.0
-    attainment = good / total if total > 0 else None
-    consumed = (total - good) / (total * budget) if total > 0 and budget > 0 else None
+    measured = key not in data.unmeasured
+    total: float | None = None  # None: the source cannot measure this indicator
+    good: float | None = None  # None: the good events cannot be counted (or not measured)
+    if measured:
+        total = float(hist.total.sum()) if hist is not None else 0.0
+        if hist is not None and hist.good is not None:
+            good = float(hist.good.sum())
+        elif total == 0:
+            good = 0.0
+    attainment = good / total if total and good is not None else None
+    consumed = (total - good) / (total * budget) if total and good is not None and budget > 0 else None
+    met = None if attainment is None else attainment >= objective.target_ratio
+    unjudged = "no traffic" if total == 0 else "n/a"
+    status = unjudged if met is None else ("met" if met else "missed")
     row: dict[str, Any] = {
         "model": key.model,
         "class": key.request_class,
@@ -312,12 +411,13 @@ def _objective(
         "events_total": total,
         "events_good": good,
         "attainment": attainment,
-        "met": None if attainment is None else attainment >= objective.target_ratio,
+        "met": met,
+        "status": status,
         "budget_consumed": consumed,
         "budget_remaining": None if consumed is None else 1.0 - consumed,
     }
     burn: list[float | None] = []
-    if hist is not None and hist.good is not None:
+    if hist is not None and hist.good is not None and measured:
         for t, g in zip(hist.total, hist.good, strict=True):
             burn.append(float((t - g) / t / budget) if t > 0 and budget > 0 else None)
     row["burn_rate_timeline"] = {
@@ -325,8 +425,8 @@ def _objective(
         "burn_rate": burn,
         "events": [float(t) for t in hist.total] if burn and hist is not None else [],
     }
-    row["worst_windows"] = _worst_windows(key, hist, data, budget) if hist is not None else []
-    row["slo_window"] = _slo_window(spec, key, data, notes)
+    row["worst_windows"] = _worst_windows(key, hist, data, budget) if hist is not None and measured else []
+    row["slo_window"] = _slo_window(spec, key, data, notes, rules_loaded)
     return row
 
 
@@ -419,11 +519,22 @@ def expected_at_batch(curve: Sequence[tuple[int, float]], batch: float) -> float
     return batch / step
 
 
-def _slo_window(spec: Spec, key: Key, data: ReportInput, notes: list[str]) -> dict[str, Any] | None:
+def _note_once(notes: list[str], text: str) -> None:
+    if text not in notes:
+        notes.append(text)
+
+
+def _slo_window(spec: Spec, key: Key, data: ReportInput, notes: list[str], rules_loaded: bool) -> dict[str, Any] | None:
+    window = f"{spec.window / 86400:g}d" if spec.window >= 86400 else format_duration(spec.window)
     records = data.records.get(key)
     if records is None:
+        reason = (
+            "a probe run has no recording rules over it (`slokit report --prometheus` reads them)"
+            if data.source == "probe"
+            else "the source has no recording rules"
+        )
+        _note_once(notes, f"SLO-window ({window}) figures are n/a: {reason}")
         return None
-    window = f"{spec.window / 86400:g}d" if spec.window >= 86400 else format_duration(spec.window)
     history = None
     if records.history_start is not None:
         history = max(0.0, min(spec.window, data.end - records.history_start))
@@ -432,14 +543,28 @@ def _slo_window(spec: Spec, key: Key, data: ReportInput, notes: list[str]) -> di
                 f"{key.label()}: history covers {history / 86400:.1f} of {spec.window / 86400:g} days "
                 f"of the {window} SLO window"
             )
-    if records.error_ratio is None:
-        notes.append(f"{key.label()}: no {window} SLO-window records (are slokit's recording rules loaded?)")
     attainment = None if records.error_ratio is None else 1.0 - records.error_ratio
-    return {
-        "window_seconds": spec.window,
+    figures = {
         "events_total": _finite(records.events_total),
         "events_good": _finite(records.events_good),
         "attainment": _finite(attainment),
         "budget_remaining": _finite(records.budget_remaining),
-        "history_seconds": history,
     }
+    if records.error_ratio is None:
+        if rules_loaded:
+            notes.append(
+                f"{key.label()}: no {window} SLO-window records for it (no traffic in the window, or its series are "
+                "not scraped): SLO-window figures n/a"
+            )
+        else:
+            notes.append(f"{key.label()}: no {window} SLO-window records (are slokit's recording rules loaded?)")
+    elif not math.isfinite(records.error_ratio) or figures["events_total"] == 0:
+        notes.append(
+            f"{key.label()}: no events in the {window} SLO window (its records divide 0 by 0): SLO-window "
+            "attainment and budget n/a"
+        )
+    else:
+        missing = [name for name, value in figures.items() if value is None]
+        if missing:
+            notes.append(f"{key.label()}: SLO-window {', '.join(missing)} n/a (record absent or not a number)")
+    return {"window_seconds": spec.window, **figures, "history_seconds": history}

@@ -5,8 +5,9 @@ Every measured request (warm-up excluded) is one event per SLI, judged exactly a
 probe itself counts it. Time is the request's scheduled time, in seconds from the probe's start: the levels (and
 the runs of a level) are laid end to end in file order, so the timeline reads as the probe ran.
 
-ITL is not reported from a probe run: it is one observation per output event, pooled over requests, and
-requests.csv holds only each request's mean and largest gap.
+The report covers only the class (and model) the probe sent. ITL is n/a in a probe report (said in the notes): it
+is one observation per output event, pooled over requests, and requests.csv holds only each request's mean and
+largest gap.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def read_probe(spec: Spec, csv_path: Path, class_name: str | None = None) -> Rep
     if chosen not in names:
         raise ProbeInputError(f"class {chosen!r} is not in {spec.path or 'the spec'} (classes: {', '.join(names)})")
     rc = spec.request_class(chosen)
-    model = document.get("model") if document.get("model") in rc.models else rc.models[0]
+    model: str = document["model"] if document.get("model") in rc.models else rc.models[0]
     if document.get("model") and document.get("model") not in rc.models:
         notes.append(f"the probe sent model {document.get('model')!r}; reported as {model} (class {chosen})")
     basis = document.get("basis") or "scheduled"
@@ -96,7 +97,8 @@ def read_probe(spec: Spec, csv_path: Path, class_name: str | None = None) -> Rep
     ]
     end = max(cursor, 1.0)
     step = choose_step(end, max_bins=120)
-    data = ReportInput("probe", str(csv_path), 0.0, end, step, notes=notes)
+    # Only the class (and model) the probe sent: the spec's other classes were not probed, so not "no traffic".
+    data = ReportInput("probe", str(csv_path), 0.0, end, step, notes=notes, scope=frozenset({(model, chosen)}))
     levels = frame["level"].nunique()
     if levels > 1:
         data.notes.append(f"probe run with {levels} load levels: figures pool every measured request of all of them")
@@ -113,10 +115,12 @@ def read_probe(spec: Spec, csv_path: Path, class_name: str | None = None) -> Rep
             continue
         column = _column(key.sli, basis)
         if column is None or column not in frame.columns:
-            data.notes.append(
-                f"{key.label()}: not in a probe run's requests.csv (ITL is pooled per output event; the CSV holds "
-                "each request's mean and largest gap only)"
+            reason = (
+                f"{key.label()}: n/a, not in a probe run's requests.csv (ITL is pooled per output event; the CSV "
+                "holds each request's mean and largest gap only)"
             )
+            data.unmeasured[key] = reason
+            data.notes.append(reason)
             continue
         data.histograms[key] = _histogram(spec, key, frame[column].to_numpy(dtype=float), ok, bins, data.bins)
     return data

@@ -206,6 +206,10 @@ class PrometheusSource:
                     model = labelmap.get(source.model_label, "") if source.model_label is not None else term.models[0]
                     if le is None or model not in term.models:
                         continue
+                    if points:
+                        earliest = min(points)
+                        if data.history_start is None or earliest < data.history_start:
+                            data.history_start = earliest
                     seconds = le * source.scale if math.isfinite(le) else le
                     column = per_model.setdefault(model, {}).setdefault(seconds, np.zeros(data.bins))
                     for t, delta in counter_deltas(points, data.start, data.end):
@@ -228,9 +232,9 @@ class PrometheusSource:
             if threshold is None:
                 data.notes.append(
                     f"{key.label()}: the threshold {slo.objective.threshold:g}s is not a bucket boundary of the "
-                    f"series found (boundaries: {', '.join(f'{b:g}' for b in bounds)}); good events unknown"
+                    f"series found (boundaries: {', '.join(f'{b:g}' for b in bounds)}): good events cannot be "
+                    "counted, so its attainment, budget, burn rate and status are n/a"
                 )
-                good = np.zeros(data.bins)
             else:
                 good = columns[threshold].copy()
         return Histogram(bounds, counts, good)

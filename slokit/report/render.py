@@ -52,10 +52,12 @@ def days(value: float) -> str:
     return f"{value / 86400:g}d" if value >= 86400 else format_duration(value)
 
 
-def _status(row: dict[str, Any]) -> str:
-    if row["met"] is None:
-        return "no traffic"
-    return "met" if row["met"] else "MISSED"
+STATUS_TEXT = {"met": "met", "missed": "MISSED", "no traffic": "no traffic", "n/a": "n/a"}
+
+
+def status_text(row: dict[str, Any]) -> str:
+    """An objective's status as printed: met, MISSED, no traffic, or n/a (cannot be judged; the notes say why)."""
+    return STATUS_TEXT.get(str(row.get("status")), "n/a")
 
 
 def headline_rows(document: dict[str, Any]) -> list[list[str]]:
@@ -68,7 +70,7 @@ def headline_rows(document: dict[str, Any]) -> list[list[str]]:
                 o["model"],
                 o["class"],
                 f"{o['slo']} <= {seconds(o['threshold_seconds'])}",
-                _status(o),
+                status_text(o),
                 pct(o["attainment"]),
                 pct(o["objective"], 2),
                 pct(o["budget_remaining"], 1),
@@ -164,29 +166,26 @@ def plots(document: dict[str, Any]) -> list[Plot]:
         title = f"Percentiles: {ind['class']}/{ind['slo']} on {ind['model']} (interpolated from buckets)"
         png = _finish(plt, figure, ax, title, "seconds", document)
         out.append(Plot(_slug("percentiles", ind["model"], ind["class"], ind["slo"]), title, png, _csv(columns)))
-    traffic = _traffic_series(document)
+    traffic = [t for t in document["traffic"] if t["timeline"]["events"]]
     if traffic:
         plt, figure, ax = _figure()
-        starts = next(iter(traffic.values()))[0]
+        starts = traffic[0]["timeline"]["bin_starts"]
         columns = {"bin_start": starts}
-        for name, (_, values) in traffic.items():
-            ax.plot(_times(document, starts), values, drawstyle="steps-post", label=name)
-            columns[f"{name} events"] = values
-        title = f"Traffic: events per {format_duration(document['period']['step_seconds'])}"
-        png = _finish(plt, figure, ax, title, "events", document)
+        units = {t["unit"] for t in traffic}
+        for t in traffic:
+            name = f"{t['class']} on {t['model']}" + (" (tokens)" if t["unit"] == "tokens" and len(units) > 1 else "")
+            ax.plot(_times(document, starts), t["timeline"]["events"], drawstyle="steps-post", label=name)
+            columns[f"{t['class']} on {t['model']} {t['unit']}"] = t["timeline"]["events"]
+        step = format_duration(document["period"]["step_seconds"])
+        if units == {"requests"}:
+            title, ylabel = f"Traffic: requests per {step}", "requests"
+        elif units == {"tokens"}:
+            title, ylabel = f"Traffic: output tokens (ITL events) per {step}", "tokens"
+        else:
+            title, ylabel = f"Traffic: requests per {step}; (tokens): output tokens of ITL-only classes", "events"
+        png = _finish(plt, figure, ax, title, ylabel, document)
         out.append(Plot("traffic", title, png, _csv(columns)))
     return out
-
-
-def _traffic_series(document: dict[str, Any]) -> dict[str, tuple[list[float], list[float]]]:
-    series: dict[str, tuple[list[float], list[float]]] = {}
-    for o in document["objectives"]:
-        name = f"{o['class']} on {o['model']}"
-        timeline = o["burn_rate_timeline"]
-        if name in series or not timeline["events"]:
-            continue
-        series[name] = (timeline["bin_starts"], timeline["events"])
-    return series
 
 
 # ==============================================================================================================
@@ -262,10 +261,11 @@ def _sections(document: dict[str, Any]) -> list[tuple[str, Sequence[str], list[l
     ]  # fmt: skip
     out.append(("Alerts fired", ["alert", "severity", "model", "class", "slo", "from", "last seen", "for"], alerts))
     traffic = [
-        [t["model"], t["class"], num(t["requests"]), num(t["requests_per_second"], "{:.3f}")]
+        [t["model"], t["class"], f"{t['unit']} ({t['counted_from']} events)", num(t["events"]),
+         num(t["events_per_second"], "{:.3f}")]
         for t in document["traffic"]
-    ]
-    out.append(("Traffic", ["model", "class", "requests", "requests/s"], traffic))
+    ]  # fmt: skip
+    out.append(("Traffic", ["model", "class", "counted in", "count", "per second"], traffic))
     return out
 
 
