@@ -39,6 +39,8 @@ from typing import Any, Final
 import bcrypt
 import yaml
 
+from slokit.yamlloc import YamlLocationError, safe_load_all_bounded
+
 # The toolkit's names for Go's tls.ClientAuthType. Python's ssl module verifies every client certificate it asks for,
 # so the two "accept any certificate" modes cannot be honoured and are refused rather than silently tightened.
 CLIENT_AUTH_TYPES: Final = {
@@ -169,7 +171,9 @@ def parse_web_config(raw: bytes | str, file: str = "web-config", base: Path | No
     except UnicodeDecodeError as error:
         raise WebConfigError(f"{file}: not UTF-8 text (byte {error.start}); a web-config is YAML") from None
     try:
-        data = yaml.safe_load(text)
+        documents = safe_load_all_bounded(text, file)
+    except YamlLocationError as error:
+        raise WebConfigError(f"{error.location}: {error.message}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -177,6 +181,9 @@ def parse_web_config(raw: bytes | str, file: str = "web-config", base: Path | No
         raise WebConfigError(f"{file}: not valid YAML{where}: {problem}") from None
     except (RecursionError, ValueError) as error:  # deeply nested or otherwise pathological input
         raise WebConfigError(f"{file}: not a usable YAML document: {type(error).__name__}") from None
+    if len(documents) > 1:
+        raise WebConfigError(f"{file}: holds {len(documents)} YAML documents; a web-config is one")
+    data = documents[0] if documents else None
     top = _mapping(data, "the file", TOP_KEYS, file)
     folder = base if base is not None else Path(".")
     tls = _tls(top.get("tls_server_config"), file, folder)
