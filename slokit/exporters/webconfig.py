@@ -112,6 +112,7 @@ class WebConfig:
     tls: TlsSettings | None = None
     users: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()  # settings the toolkit knows that were given but have no effect here
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A server-side TLS context, or None for plain HTTP. Raises WebConfigError when files do not load."""
@@ -188,8 +189,13 @@ def parse_web_config(raw: bytes | str, file: str = "web-config", base: Path | No
     folder = base if base is not None else Path(".")
     tls = _tls(top.get("tls_server_config"), file, folder)
     users = _users(top.get("basic_auth_users"), file)
-    headers = _headers(_mapping(top.get("http_server_config"), "http_server_config", HTTP_KEYS, file), file)
-    return WebConfig(path=file, tls=tls, users=users, headers=headers)
+    http = _mapping(top.get("http_server_config"), "http_server_config", HTTP_KEYS, file)
+    headers = _headers(http, file)
+    tls_given = top.get("tls_server_config") or {}
+    ignored = tuple(f"tls_server_config.{key}" for key in TLS_IGNORED if key in tls_given)
+    if "http2" in http:
+        ignored += ("http_server_config.http2",)  # the sidecar speaks HTTP/1.1 only, whatever it says
+    return WebConfig(path=file, tls=tls, users=users, headers=headers, ignored=ignored)
 
 
 def _tls(value: Any, file: str, folder: Path) -> TlsSettings | None:
