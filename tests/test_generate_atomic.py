@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from slokit.cli import app
 from slokit.commands.generate import _promtool_verify
-from slokit.generate.writer import JOURNAL, WriteError, recover, write_files
+from slokit.generate.writer import JOURNAL, STAGING_PREFIX, WriteError, recover, write_files
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -33,8 +33,8 @@ step, after, marker = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 calls = [0]
 if step == "stage":
     original = w._stage_one
-    def hooked(target, content):
-        result = original(target, content)
+    def hooked(*args):
+        result = original(*args)
         calls[0] += 1
         if calls[0] == after:
             marker.write_text("staged")
@@ -58,6 +58,18 @@ app(sys.argv[4:], standalone_mode=True)
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def staged(name: str) -> bool:
+    return name.startswith(STAGING_PREFIX)
+
+
+def globbed(folder: Path) -> set[str]:
+    """Every file a Prometheus or Grafana glob of a generated folder (`rules/*`, `dashboards/*`, ...) would match.
+
+    Go's filepath.Glob matches dotfiles with `*`, so hidden names count too."""
+    folders = {folder, *(p for p in folder.rglob("*") if p.is_dir() and not staged(str(p.relative_to(folder))))}
+    return {str(p.relative_to(folder)) for f in folders for p in f.iterdir() if p.is_file()}
 
 
 def edited_specs(tmp: Path) -> list[Path]:
@@ -123,28 +135,33 @@ def test_killed_while_staging_leaves_the_previous_set_intact(
     out, previous, specs, expected = sets
     run_killed("stage", 4, specs, out, tmp_path)
     after = snapshot(out)
-    debris = [name for name in after if "/.slokit-tmp-" in f"/{name}"]
+    debris = [name for name in after if staged(name)]
     assert debris  # the kill really happened mid-write: staged files were left behind...
     assert {k: v for k, v in after.items() if k not in debris} == previous  # ...and no target was touched
+    assert globbed(out) == set(previous)  # ...and no rule or dashboard glob sees a staged file
     assert not (out / JOURNAL).exists()
     # The next run drops the debris and writes the new set.
     generate(specs, out, "--no-promtool")
     assert snapshot(out) == expected
 
 
-def test_killed_while_renaming_is_completed_from_the_journal(
-    sets: tuple[Path, dict[str, bytes], list[Path], dict[str, bytes]], tmp_path: Path
+@pytest.mark.parametrize("completer", ["check", "generate"])
+def test_killed_while_renaming_is_completed_from_the_journal_by_the_next_run(
+    completer: str, sets: tuple[Path, dict[str, bytes], list[Path], dict[str, bytes]], tmp_path: Path
 ) -> None:
     out, previous, specs, expected = sets
     run_killed("rename", 2, specs, out, tmp_path)
     assert (out / JOURNAL).exists()
-    mixed = {k: v for k, v in snapshot(out).items() if ".slokit-tmp-" not in k and k != JOURNAL}
-    assert mixed != previous and mixed != expected  # killed between renames: the journal must finish the set
-    completed = recover(out, {p.parent for p in out.rglob("*")})
-    assert completed
-    assert snapshot(out) == expected
-    result = CliRunner().invoke(app, ["generate", *map(str, specs), "-o", str(out), "--check"])
+    mixed = {k: v for k, v in snapshot(out).items() if not staged(k) and k != JOURNAL}
+    assert mixed != previous and mixed != expected  # killed between renames: what a kill here leaves (docs/rules.md)
+    assert globbed(out) == set(previous) | {JOURNAL}  # staged files stay out of every glob even now
+    # Any next run, --check included, completes the committed set from the journal before anything else.
+    args = ["--check"] if completer == "check" else ["--no-promtool"]
+    result = CliRunner().invoke(app, ["generate", *map(str, specs), "-o", str(out), *args])
     assert result.exit_code == 0, result.output
+    assert "completed an interrupted write" in result.output
+    assert snapshot(out) == expected
+    assert recover(out) == []
 
 
 def test_a_folder_in_the_way_fails_before_anything_is_replaced(tmp_path: Path) -> None:
@@ -177,10 +194,61 @@ def test_promtool_refusal_writes_nothing(tmp_path: Path) -> None:
     assert report.written == ["rules/x.rules.yaml"]
 
 
-def test_generate_checks_rules_with_promtool_and_can_skip_it(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["generate", "-o", str(tmp_path / "a")])
+FAILING_PROMTOOL = """#!/bin/sh
+echo "promtool (fake): $* refused: bad rule" >&2
+exit 1
+"""
+
+
+def test_generate_checks_rules_with_promtool_and_can_skip_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import slokit.local.prometheus as prometheus
+
+    out = tmp_path / "out"
+    generate(EXAMPLES, out, "--no-promtool")
+    specs = edited_specs(tmp_path)
+    (out / "rules" / "assistant.rules.yaml").write_text("# an older rule file\ngroups: []\n")  # rules change too
+    previous = snapshot(out)
+    # A promtool that refuses everything, first on PATH (and found there, not in /usr/bin).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "promtool"
+    fake.write_text(FAILING_PROMTOOL)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(prometheus, "find_binary", shutil.which)
+    result = CliRunner().invoke(app, ["generate", *map(str, specs), "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "nothing written: promtool check rules refused the new rule files" in result.output
+    assert "promtool (fake): check rules" in result.output and ".rules.yaml" in result.output
+    assert snapshot(out) == previous  # the previous files intact, no staging or journal left
+    result = CliRunner().invoke(app, ["generate", *map(str, specs), "-o", str(out), "--no-promtool"])
     assert result.exit_code == 0, result.output
-    result = CliRunner().invoke(app, ["generate", "-o", str(tmp_path / "b"), "--no-promtool"])
+    assert snapshot(out) != previous and not [name for name in snapshot(out) if staged(name) or name == JOURNAL]
+
+
+def test_a_failure_after_the_commit_point_does_not_say_nothing_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import slokit.generate.writer as writer
+
+    out = tmp_path / "out"
+    generate(EXAMPLES, out, "--no-promtool")
+    specs = edited_specs(tmp_path)
+    real_replace = os.replace
+    calls = [0]
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        if Path(dst).name != JOURNAL:
+            calls[0] += 1
+            if calls[0] == 3:
+                raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(writer.os, "replace", replace)
+    result = CliRunner().invoke(app, ["generate", *map(str, specs), "-o", str(out), "--no-promtool"])
+    assert result.exit_code == 1, result.output
+    assert "nothing written" not in result.output
+    assert "written in part" in result.output and "run slokit generate again" in result.output
+    monkeypatch.setattr(writer.os, "replace", real_replace)
+    result = CliRunner().invoke(app, ["generate", *map(str, specs), "-o", str(out), "--check"])
     assert result.exit_code == 0, result.output
-    assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
-    assert not list(tmp_path.rglob(".slokit-tmp-*")) and not list(tmp_path.rglob(JOURNAL))

@@ -241,3 +241,55 @@ def _families(server: GpuServer) -> dict[str, Any]:
     from prometheus_client import generate_latest
 
     return {f.name: f for f in text_string_to_metric_families(generate_latest(server.registry).decode())}
+
+
+class BlockingNvml(FakeNvml):
+    """Fake NVML whose memory read hangs (until released) once `block` is set, like a wedged driver call."""
+
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        super().__init__(gpus)
+        self.block = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
+        if self.block.is_set():
+            self.entered.set()
+            self.release.wait(120)
+        return super().nvmlDeviceGetMemoryInfo(handle, version)
+
+
+def test_metrics_answer_with_the_last_poll_while_nvml_is_stuck() -> None:
+    import time
+
+    nvml = BlockingNvml([FakeGpu(A)])
+    offset = [0.0]
+    poller = GpuPoller(nvml, interval=0.1, monotonic=lambda: time.monotonic() + offset[0])
+    server = GpuServer(poller, LOOPBACK, 0)
+    url = f"http://{LOOPBACK}:{server.port}/metrics"
+
+    def age(body: str) -> float:
+        (family,) = [f for f in text_string_to_metric_families(body) if f.name == S.GPU_SNAPSHOT_AGE]
+        return float(family.samples[0].value)
+
+    poller.start()
+    server.start()
+    try:
+        for _ in range(600):  # bounded wait for the first poll to finish
+            if poller.snapshot().timestamp:
+                break
+            time.sleep(0.05)
+        assert poller.snapshot().timestamp
+        nvml.block.set()
+        assert nvml.entered.wait(60)  # the poll thread is now inside a driver call that does not return
+        status, _, first = get(url)
+        assert status == 200 and gpu_up(first) == {A: 1.0}  # the last completed poll, served at once
+        offset[0] += 60.0  # a minute passes with the poll still stuck
+        status, _, second = get(url)
+        assert status == 200 and gpu_up(second).get(A) is not None
+        assert age(second) >= age(first) + 60.0
+        assert not nvml.release.is_set()  # both scrapes were answered while the poll was stuck
+    finally:
+        nvml.release.set()
+        server.close()
+        poller.stop()

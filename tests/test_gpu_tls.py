@@ -205,6 +205,70 @@ def test_a_silent_client_is_cut_off_and_connections_are_bounded(monkeypatch: pyt
         server.close()
 
 
+def trickle(port: int, request: bytes, pause: float, ctx: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """Send `request` a byte at a time, `pause` seconds apart, until the server closes the connection.
+
+    Returns how many bytes were sent before the server closed it, and what it sent back."""
+    import time
+
+    raw = socket.create_connection((LOOPBACK, port), timeout=30)
+    sock = ctx.wrap_socket(raw, server_hostname="localhost") if ctx is not None else raw
+    received = b""
+    try:
+        for sent in range(len(request)):
+            # Has the server closed (or answered)? Without blocking: a TLS session ticket makes the socket readable
+            # with no application data behind it.
+            sock.settimeout(0.0)
+            try:
+                chunk = sock.recv(65536)
+            except (ssl.SSLWantReadError, BlockingIOError):
+                chunk = None
+            except OSError:
+                return sent, received
+            finally:
+                sock.settimeout(30)
+            if chunk == b"":
+                return sent, received
+            received += chunk or b""
+            try:
+                sock.sendall(request[sent : sent + 1])
+            except OSError:
+                return sent, received
+            time.sleep(pause)
+        sock.settimeout(30)
+        while chunk := sock.recv(65536):
+            received += chunk
+        return len(request), received
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_a_trickling_client_is_cut_off_at_the_request_deadline(
+    tls: bool, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each byte arrives well within the per-read timeout; the whole request would take far longer than the deadline.
+    monkeypatch.setattr(gpu_server, "CLIENT_TIMEOUT", 0.5)
+    config = load_web_config(write_config(pki, client_auth="VerifyClientCertIfGiven", users=False)) if tls else None
+    server = GpuServer(GpuPoller(FakeNvml([FakeGpu(A)]), interval=1.0), LOOPBACK, 0, config)
+    server.start()
+    try:
+        request = (
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Agent: trickle-trickle-trickle\r\nConnection: close\r\n\r\n"
+        )
+        sent, answer = trickle(server.port, request, 0.1, client_context(pki, cert=False) if tls else None)
+        assert sent < len(request), answer  # closed before the whole request was sent...
+        assert answer == b""  # ...and without serving it
+        # The server still answers a client that sends its request at once.
+        if tls:
+            assert fetch(server.port, "/healthz", client_context(pki, cert=False), password=None)[0] == 200
+        else:
+            ok = raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert ok.startswith(b"HTTP/1.1 200")
+    finally:
+        server.close()
+
+
 def test_a_tls_client_that_never_handshakes_is_cut_off(pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu_server, "CLIENT_TIMEOUT", 0.5)
     server = GpuServer(GpuPoller(FakeNvml(), interval=1.0), LOOPBACK, 0, load_web_config(write_config(pki)))
@@ -285,3 +349,85 @@ def test_the_real_process_serves_https_with_basic_auth(pki: Pki, tmp_path: Path)
         assert f"serving https://{LOOPBACK}:{port}/metrics, basic auth" in proc.log_tail()
     finally:
         proc.stop()
+
+
+def test_unreadable_web_config_fails_at_start_with_a_clear_message(
+    pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tests run as root, where chmod 000 still reads: make the read itself fail as it does for another user.
+    config = write_config(pki)
+    real_read_bytes = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self == config:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    with pytest.raises(WebConfigError, match="cannot read it: Permission denied"):
+        load_web_config(config)
+    result = CliRunner().invoke(app, ["exporter", "gpu", "--port", "0", "--web.config.file", str(config)])
+    assert result.exit_code == 2, result.output
+    assert f"--web.config.file: {config}: cannot read it: Permission denied" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_client_allowed_sans_refuses_other_certificate_names_with_403(pki: Pki) -> None:
+    def serve(sans: list[str]) -> GpuServer:
+        # client_allowed_sans belongs under tls_server_config: put it right after min_version.
+        text = (
+            write_config(pki, users=False)
+            .read_text()
+            .replace("  min_version: TLS12\n", f"  min_version: TLS12\n  client_allowed_sans: [{', '.join(sans)}]\n")
+        )
+        path = pki.folder / f"web-sans-{'-'.join(sans)}.yml"
+        path.write_text(text)
+        config = load_web_config(path)
+        assert config.tls is not None and config.tls.client_allowed_sans == tuple(sans)
+        server = GpuServer(GpuPoller(FakeNvml([FakeGpu(A)]), interval=1.0), LOOPBACK, 0, config)
+        server.start()
+        return server
+
+    refused = serve(["someone-else", "10.0.0.9"])
+    try:
+        status, _, body = fetch(refused.port, "/metrics", client_context(pki), password=None)
+        assert (status, body) == (403, "client certificate name not allowed\n")
+        assert fetch(refused.port, "/healthz", client_context(pki), password=None)[0] == 200  # probes still work
+    finally:
+        refused.close()
+    allowed = serve(["someone-else", "prometheus"])  # the test client certificate's DNS name
+    try:
+        assert fetch(allowed.port, "/metrics", client_context(pki), password=None)[0] == 200
+    finally:
+        allowed.close()
+
+
+def test_http2_and_cipher_settings_are_accepted_and_reported_as_ignored(pki: Pki) -> None:
+    text = write_config(pki).read_text()
+    text = text.replace("http_server_config:\n", "http_server_config:\n  http2: true\n")
+    text = text.replace("  min_version: TLS12\n", "  min_version: TLS12\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n")
+    path = pki.folder / "web-http2.yml"
+    path.write_text(text)
+    assert load_web_config(path).ignored == ("tls_server_config.cipher_suites", "http_server_config.http2")
+    assert load_web_config(write_config(pki)).ignored == ()
+
+
+def test_the_sidecar_listens_on_loopback_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    import inspect
+
+    assert inspect.signature(GpuServer).parameters["address"].default == LOOPBACK
+    server = GpuServer(GpuPoller(FakeNvml(), interval=1.0), port=0)
+    try:
+        assert server._httpd.server_address[0] == LOOPBACK
+    finally:
+        server.close()
+    seen: list[str] = []
+
+    def no_server(poller: GpuPoller, address: str, port: int, web_config: object) -> GpuServer:
+        seen.append(address)
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(gpu_server, "GpuServer", no_server)
+    result = CliRunner().invoke(app, ["exporter", "gpu", "--port", "0"])
+    assert seen == [LOOPBACK], result.output
+    assert result.exit_code == 1 and f"cannot listen on {LOOPBACK}:0" in result.output

@@ -6,11 +6,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slokit.spec import Spec, SpecError, load_spec_text
+from slokit.spec import Spec, SpecError, load_spec, load_spec_text
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
 BASES = [yaml.safe_load(p.read_text()) for p in EXAMPLES]
@@ -44,6 +45,12 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
+def _get(doc: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        doc = doc[part]
+    return doc
+
+
 def _parent(doc: Any, path: tuple[Any, ...]) -> Any:
     for part in path[:-1]:
         doc = doc[part]
@@ -68,7 +75,23 @@ def mutated(draw: st.DrawFn) -> str:
             parent[draw(st.text(min_size=1, max_size=8))] = draw(WEIRD_VALUES)
         elif action == "duplicate" and isinstance(parent, list):
             parent.append(copy.deepcopy(parent[path[-1]]))
-    text = yaml.safe_dump(doc, sort_keys=False)
+    paths = [p for p in _paths(doc) if p]
+    alias = draw(st.sampled_from(["none", "alias", "alias-nest"])) if paths else "none"
+    if alias == "alias":
+        # The same object at two places (or inside itself): the dump writes an anchor (&id001) and aliases (*id001).
+        path = draw(st.sampled_from(paths))
+        _parent(doc, path)[path[-1]] = _get(doc, draw(st.sampled_from([(), *paths])))
+    elif alias == "alias-nest":
+        # Lists of aliases of lists of aliases: a few levels load, deeper ones are an alias bomb.
+        path = draw(st.sampled_from(paths))
+        nested: Any = [draw(WEIRD_VALUES)] * draw(st.integers(min_value=1, max_value=10))
+        for _ in range(draw(st.integers(min_value=1, max_value=8))):
+            nested = [nested] * draw(st.integers(min_value=2, max_value=10))
+        _parent(doc, path)[path[-1]] = nested
+    try:
+        text = yaml.safe_dump(doc, sort_keys=False)
+    except RecursionError:  # an alias mutation made a value contain itself; PyYAML cannot write that
+        text = yaml.safe_dump(draw(st.sampled_from(BASES)), sort_keys=False)
     if draw(st.booleans()):
         # Break the text itself: cut it, or splice in YAML syntax.
         cut = draw(st.integers(min_value=0, max_value=len(text)))
@@ -104,3 +127,54 @@ def test_mutated_specs_raise_only_spec_errors(text: str) -> None:
 @given(st.text(max_size=200))
 def test_arbitrary_text_raises_only_spec_errors(text: str) -> None:
     _check(text)
+
+
+def alias_bomb(depth: int, fan_out: int = 10) -> str:
+    """A "billion laughs" document: each level is `fan_out` aliases of the level before (fan_out**depth values)."""
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for level in range(1, depth + 1):
+        lines.append(f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * fan_out)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_nested_alias_bomb_is_refused_at_its_line() -> None:
+    # Expanding depth 5 in full took seconds and depth 9 never finished; the bound refuses both at once.
+    for depth in (5, 9):
+        text = alias_bomb(depth)
+        with pytest.raises(SpecError) as caught:
+            load_spec_text(text, "bomb.yaml")
+        (issue,) = caught.value.issues
+        assert issue.location.file == "bomb.yaml"
+        assert 1 <= issue.location.line <= depth + 1
+        assert "aliases expand this document to more than" in issue.message
+        assert "write the repeated part out" in issue.message  # what would be right
+    # Aliases as people use them (one list written once, referred to twice) still load as the values they stand for.
+    base = EXAMPLES[0].read_text()
+    first, other = "objective: {percentile: 95, threshold: 500ms}", "objective: {percentile: 95, threshold: 25ms}"
+    assert base.count(first) == 1 and base.count(other) == 1
+    anchored = base.replace(first, first.replace(": {", ": &obj {")).replace(other, "objective: *obj")
+    spec = load_spec_text(anchored, "anchored.yaml")
+    assert spec != load_spec_text(base, "anchored.yaml")  # the alias stood for the anchored objective
+
+
+def test_a_self_referencing_alias_is_refused() -> None:
+    with pytest.raises(SpecError, match="aliases expand"):
+        load_spec_text("service: a\nloop: &a [*a]\n", "loop.yaml")
+
+
+def test_every_yaml_reader_refuses_an_alias_bomb(tmp_path: Path) -> None:
+    from slokit.backtest.incidents import InputError, load_incidents
+    from slokit.exporters.webconfig import WebConfigError, load_web_config
+    from slokit.interop.importing import ImportFileError, read_files
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(alias_bomb(5))
+    spec = load_spec(EXAMPLES[0])
+    readers: list[tuple[type[Exception], Any]] = [
+        (WebConfigError, lambda: load_web_config(bomb)),
+        (ImportFileError, lambda: read_files([bomb])),
+        (InputError, lambda: load_incidents(bomb, spec)),
+    ]
+    for error, read in readers:
+        with pytest.raises(error, match=r"bomb\.yaml:\d+:\d+: YAML aliases expand"):
+            read()

@@ -89,8 +89,9 @@ def gpu(
     without a driver every scrape answers slokit_gpu_up 0. SIGTERM stops it
     cleanly (exit 0). Metrics and deployment: docs/gpu-exporter.md.
 
-    Limits: request line 8 KiB, headers 16 KiB, no request body, 10 s for a
-    client to handshake, send or read, 32 connections at once.
+    Limits: request line 8 KiB, headers 16 KiB, no request body, 10 s for the
+    TLS handshake and 10 s for each whole request (not per read: a client
+    trickling bytes is cut off), 32 connections at once.
 
     Examples:
 
@@ -139,6 +140,14 @@ def gpu(
     except OSError as error:
         typer.echo(f"cannot listen on {address}:{port}: {error.strerror}; pick another --port or --address", err=True)
         raise typer.Exit(EXIT_FAILED) from None
+
+    if web_config.ignored:
+        logging.getLogger("slokit.gpu").warning(
+            "%s: accepted but ignored: %s (the sidecar speaks HTTP/1.1 and lets Python's TLS stack choose ciphers "
+            "and curves)",
+            web_config.path,
+            ", ".join(web_config.ignored),
+        )
 
     def ready() -> None:
         auth = ", basic auth" if web_config.users else ""

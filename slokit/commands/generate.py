@@ -60,10 +60,11 @@ def generate(
     --engine victoriametrics writes rules that fire on time under vmalert (no promtool tests: the file is
     MetricsQL, checked with `vmalert -dryRun` when vmalert is on PATH); thanos and mimir add their rulers' fields.
 
-    Files are replaced all at once: each new file is written beside its target under a temporary name, the rule
-    files are checked with `promtool check rules` (when promtool is on PATH; --no-promtool skips it), and only then
-    are they renamed over the old ones. A failure or a kill before that leaves the previous files as they were; a
-    kill during the renames is completed by the next run.
+    Files are replaced all at once: the new set is written to a hidden staging folder in OUTPUT
+    (.slokit-staging-PID/, which no rule or dashboard glob matches), the rule files there are checked with
+    `promtool check rules` (when promtool is on PATH; --no-promtool skips it), a journal is committed, and only
+    then is each file renamed over the old one. A failure or a kill before the journal leaves the previous files
+    as they were; a kill during the renames is completed from the journal by the next run (or --check).
 
     --mutants N writes nothing: it breaks the rules N ways per spec (numbers, ranges, offsets, comparisons,
     dropped clauses, deleted records, `for`, `le`) and reports the share of mutants the generated tests kill.
@@ -74,7 +75,7 @@ def generate(
         _mutation_check(specs, mutants, seed, engine)
         return
     from slokit.generate import GenerateError, generate_all  # grafanalib and jinja2 load only for this command
-    from slokit.generate.writer import WriteError, write_files
+    from slokit.generate.writer import JOURNAL, IncompleteWriteError, WriteError, write_files
 
     loaded = load_specs_or_exit(specs)
     try:
@@ -88,9 +89,17 @@ def generate(
     except WriteError as error:
         typer.echo(f"nothing written: {error}", err=True)
         raise typer.Exit(EXIT_FAILED) from None
-    except OSError as error:
+    except IncompleteWriteError as error:  # after the commit point: some files are new, the journal finishes them
+        typer.echo(f"written in part: {error}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
+    except OSError as error:  # the writer raises plain OSError only before its commit point
         typer.echo(f"nothing written: cannot write under {output}: {error.strerror or error}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
+    if report.recovered:
+        typer.echo(
+            f"completed an interrupted write from {output / JOURNAL}: {len(report.recovered)} file(s) put in place",
+            err=True,
+        )
     if check:
         if report.changed:
             for relative in report.written:
@@ -162,7 +171,8 @@ def _vmalert_verify(staged: Mapping[str, Path]) -> None:
         argv = [vmalert, "-dryRun", f"-rule={path}", "-loggerLevel=ERROR"]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
         if result.returncode != 0:
-            output = (result.stdout + result.stderr).replace(str(path), path.name.split("-", 3)[-1])
+            relative = next(name for name, staged_path in staged.items() if staged_path == path)
+            output = (result.stdout + result.stderr).replace(str(path), relative)
             raise WriteError(f"vmalert -dryRun refused the new rule file:\n{output.strip()}")
 
 
@@ -199,8 +209,8 @@ RULE_SUFFIX = ".rules.yaml"
 
 
 def _promtool_views(staged: Mapping[str, Path], rule_files: list[Path]) -> tuple[dict[str, Path], list[Path]]:
-    """Beside each staged Thanos/Mimir rule file, its promtool view (engines.promtool_view), removed by the next
-    write's recovery if left behind; returns the views in place of the files."""
+    """Beside each staged Thanos/Mimir rule file (in the staging folder), its promtool view
+    (engines.promtool_view), deleted with the staging folder; returns the views in place of the files."""
     import yaml
 
     from slokit.generate.engines import promtool_view

@@ -39,6 +39,8 @@ from typing import Any, Final
 import bcrypt
 import yaml
 
+from slokit.yamlloc import YamlLocationError, safe_load_all_bounded
+
 # The toolkit's names for Go's tls.ClientAuthType. Python's ssl module verifies every client certificate it asks for,
 # so the two "accept any certificate" modes cannot be honoured and are refused rather than silently tightened.
 CLIENT_AUTH_TYPES: Final = {
@@ -110,6 +112,7 @@ class WebConfig:
     tls: TlsSettings | None = None
     users: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()  # settings the toolkit knows that were given but have no effect here
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A server-side TLS context, or None for plain HTTP. Raises WebConfigError when files do not load."""
@@ -169,7 +172,9 @@ def parse_web_config(raw: bytes | str, file: str = "web-config", base: Path | No
     except UnicodeDecodeError as error:
         raise WebConfigError(f"{file}: not UTF-8 text (byte {error.start}); a web-config is YAML") from None
     try:
-        data = yaml.safe_load(text)
+        documents = safe_load_all_bounded(text, file)
+    except YamlLocationError as error:
+        raise WebConfigError(f"{error.location}: {error.message}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -177,12 +182,20 @@ def parse_web_config(raw: bytes | str, file: str = "web-config", base: Path | No
         raise WebConfigError(f"{file}: not valid YAML{where}: {problem}") from None
     except (RecursionError, ValueError) as error:  # deeply nested or otherwise pathological input
         raise WebConfigError(f"{file}: not a usable YAML document: {type(error).__name__}") from None
+    if len(documents) > 1:
+        raise WebConfigError(f"{file}: holds {len(documents)} YAML documents; a web-config is one")
+    data = documents[0] if documents else None
     top = _mapping(data, "the file", TOP_KEYS, file)
     folder = base if base is not None else Path(".")
     tls = _tls(top.get("tls_server_config"), file, folder)
     users = _users(top.get("basic_auth_users"), file)
-    headers = _headers(_mapping(top.get("http_server_config"), "http_server_config", HTTP_KEYS, file), file)
-    return WebConfig(path=file, tls=tls, users=users, headers=headers)
+    http = _mapping(top.get("http_server_config"), "http_server_config", HTTP_KEYS, file)
+    headers = _headers(http, file)
+    tls_given = top.get("tls_server_config") or {}
+    ignored = tuple(f"tls_server_config.{key}" for key in TLS_IGNORED if key in tls_given)
+    if "http2" in http:
+        ignored += ("http_server_config.http2",)  # the sidecar speaks HTTP/1.1 only, whatever it says
+    return WebConfig(path=file, tls=tls, users=users, headers=headers, ignored=ignored)
 
 
 def _tls(value: Any, file: str, folder: Path) -> TlsSettings | None:

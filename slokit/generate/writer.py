@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,7 @@ class WriteReport:
 
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)  # put in place from an interrupted write's journal first
 
     @property
     def changed(self) -> bool:
@@ -87,13 +89,26 @@ class WriteError(Exception):
     """Generation stopped before any file was replaced (staging or verification failed); the message says why."""
 
 
+class IncompleteWriteError(Exception):
+    """The new set was committed (its journal is on disk) but not every file could be put in place.
+
+    Some targets may hold the new content and others the previous one; the next `slokit generate` (or
+    `slokit generate --check`, or `recover`) completes the set from the journal. The message says so.
+    """
+
+
 JOURNAL: Final = ".slokit-generate.journal"
-_TMP_PREFIX: Final = ".slokit-tmp-"
+STAGING_PREFIX: Final = ".slokit-staging-"
+_OLD_TMP_PREFIX: Final = ".slokit-tmp-"  # temporaries of earlier versions, staged beside their targets
 
 
-def _staged_name(target: Path) -> Path:
-    # Same directory (so the rename is atomic on one filesystem) and same suffix (so promtool reads it as YAML).
-    return target.with_name(f"{_TMP_PREFIX}{os.getpid()}-{target.name}")
+def staging_dir(root: Path, pid: int | None = None) -> Path:
+    """Where a writer stages the new set: a hidden folder directly under `root`, per process.
+
+    Inside `root`, so on the same filesystem and every rename is atomic; a folder of its own, so no rule, dashboard
+    or provisioning glob (`rules/*.yaml`, `dashboards/*.json`) ever matches a staged file.
+    """
+    return root / f"{STAGING_PREFIX}{os.getpid() if pid is None else pid}"
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -105,10 +120,10 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _stage_one(target: Path, content: str) -> Path:
-    """Write one file's new content beside it under a temporary name, flushed to disk."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staged = _staged_name(target)
+def _stage_one(staging: Path, relative: str, content: str) -> Path:
+    """Write one file's new content under the staging folder at its relative path, flushed to disk."""
+    staged = staging / relative
+    staged.parent.mkdir(parents=True, exist_ok=True)
     with staged.open("w", encoding="utf-8", newline="") as handle:
         handle.write(content)
         handle.flush()
@@ -116,39 +131,64 @@ def _stage_one(target: Path, content: str) -> Path:
     return staged
 
 
+def _read_journal(journal: Path) -> list[tuple[str, str]]:
+    try:
+        pairs = json.loads(journal.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # a torn journal cannot exist (it is renamed into place whole); treat it as no journal
+    if not isinstance(pairs, list):
+        return []
+    return [(str(p[0]), str(p[1])) for p in pairs if isinstance(p, list) and len(p) == 2]
+
+
+def pending(root: Path) -> list[str]:
+    """Relative paths a committed but interrupted write still has to put in place (empty when none)."""
+    journal = root / JOURNAL
+    if not journal.exists():
+        return []
+    return [relative for staged, relative in _read_journal(journal) if (root / staged).exists()]
+
+
 def recover(root: Path, folders: Iterable[Path] = ()) -> list[str]:
-    """Finish a write that was killed while renaming, and delete temporaries of writes killed before it.
+    """Finish a write that was killed while renaming, and delete the staging of writes killed before that.
 
     The journal is written only after every new file is staged and flushed, so rolling it forward always yields
-    the complete new set; without a journal the staged files are an unfinished set and are dropped, which leaves
-    the previous set. Temporaries are looked for in `root` and `folders` only (never a recursive walk), and those of
-    a writer that is still running are left alone. Returns the relative paths it completed.
+    the complete new set; without a journal a staging folder is an unfinished set and is deleted, which leaves the
+    previous set. Staging folders of a writer that is still running are left alone. `folders` are also cleared of
+    the beside-the-target temporaries earlier versions staged. Returns the relative paths it completed.
+    Raises IncompleteWriteError if the journal's files cannot all be put in place.
     """
     journal = root / JOURNAL
     done: list[str] = []
     if journal.exists():
         try:
-            pairs = json.loads(journal.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            pairs = []  # a torn journal was never committed: its staged files are dropped below
-        for staged_name, relative in pairs if isinstance(pairs, list) else []:
-            staged, target = root / staged_name, root / relative
-            if staged.exists():
-                os.replace(staged, target)
-                done.append(relative)
-        journal.unlink(missing_ok=True)
-    for folder in {root, *(folders or ())}:
-        if not folder.is_dir():
-            continue
-        for leftover in folder.glob(f"{_TMP_PREFIX}*"):
-            if not _writer_alive(leftover.name):
-                leftover.unlink(missing_ok=True)
+            for staged_name, relative in _read_journal(journal):
+                staged, target = root / staged_name, root / relative
+                if staged.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(staged, target)
+                    done.append(relative)
+            _fsync_dir(root)
+            journal.unlink(missing_ok=True)
+        except OSError as error:
+            raise IncompleteWriteError(
+                f"an earlier write was committed in {journal} but its files cannot all be put in place "
+                f"({error.strerror or error}); fix that and run slokit generate again to complete it"
+            ) from error
+    if root.is_dir():
+        for leftover in root.glob(f"{STAGING_PREFIX}*"):
+            if leftover.is_dir() and not _writer_alive(leftover.name[len(STAGING_PREFIX) :]):
+                shutil.rmtree(leftover, ignore_errors=True)
+    for folder in set(folders or ()):
+        if folder.is_dir():
+            for old in folder.glob(f"{_OLD_TMP_PREFIX}*"):
+                if not _writer_alive(old.name[len(_OLD_TMP_PREFIX) :].split("-", 1)[0]):
+                    old.unlink(missing_ok=True)
     return done
 
 
-def _writer_alive(name: str) -> bool:
-    """Whether the process that staged this temporary file still runs (then it is its file, not debris)."""
-    pid_text = name[len(_TMP_PREFIX) :].split("-", 1)[0]
+def _writer_alive(pid_text: str) -> bool:
+    """Whether the process that staged these files still runs (then they are its files, not debris)."""
     if not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
     try:
@@ -167,16 +207,19 @@ def write_files(
     check: bool,
     verify: Callable[[Mapping[str, Path]], None] | None = None,
 ) -> WriteReport:
-    """Write `files` (relative path -> text) under `root`; with `check`, write nothing and report differences.
+    """Write `files` (relative path -> text) under `root`; with `check`, write nothing new and report differences.
 
-    All or nothing: every changed file is first staged beside its target and flushed, then `verify` sees the staged
-    paths (relative path -> staged file) and may raise WriteError, then a journal is written and the staged files
-    are renamed over their targets. Killed or failing before the journal: the previous files are untouched.
-    Killed while renaming (milliseconds): the next write (or `recover`) completes the new set from the journal.
+    All or nothing, as far as a filesystem allows: every changed file is first staged under `staging_dir(root)`
+    and flushed; `verify` sees the staged paths (relative path -> staged file) and may raise WriteError; then a
+    journal naming every (staged, target) pair is renamed into place (the commit point) and each staged file is
+    renamed over its target, one atomic rename per file. Failing or killed before the commit point: the previous
+    files are untouched and the staging folder is deleted (now, or by the next run). Killed during the renames
+    (milliseconds): targets are a mix until the next write or check, which completes the set from the journal
+    before anything else. A failure after the commit point raises IncompleteWriteError, never WriteError.
+    Both modes first complete an interrupted, committed write (`recover`), so `--check` judges the finished set.
     """
     report = WriteReport()
-    if not check:
-        recover(root, {(root / relative).parent for relative in files})
+    report.recovered = recover(root, {(root / relative).parent for relative in files})
     for relative in sorted(files):
         target = root / relative
         try:
@@ -192,25 +235,37 @@ def write_files(
     for relative in report.written:
         if (root / relative).is_dir():
             raise WriteError(f"{root / relative} is a folder; move it away so the generated file can take its place")
+    staging = staging_dir(root)
     staged: dict[str, Path] = {}
+    journal = root / JOURNAL
     try:
         for relative in report.written:
-            staged[relative] = _stage_one(root / relative, files[relative])
+            staged[relative] = _stage_one(staging, relative, files[relative])
+            (root / relative).parent.mkdir(parents=True, exist_ok=True)
         if verify is not None:
             verify(staged)
         for folder in {path.parent for path in staged.values()}:
             _fsync_dir(folder)
-        journal = root / JOURNAL
-        pending = journal.with_name(f"{_TMP_PREFIX}{os.getpid()}-{JOURNAL}")
+        uncommitted = staging / JOURNAL
         pairs = [[str(path.relative_to(root)), relative] for relative, path in staged.items()]
-        pending.write_text(json.dumps(pairs), encoding="utf-8")
-        os.replace(pending, journal)  # the commit point
-        _fsync_dir(root)
+        uncommitted.write_text(json.dumps(pairs), encoding="utf-8")
+        with uncommitted.open("rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(uncommitted, journal)  # the commit point
     except BaseException:
-        for path in staged.values():
-            path.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
         raise
-    for relative, path in staged.items():
-        os.replace(path, root / relative)
-    journal.unlink()
+    try:
+        _fsync_dir(root)
+        for relative, path in staged.items():
+            os.replace(path, root / relative)
+        for folder in {(root / relative).parent for relative in staged}:
+            _fsync_dir(folder)
+        journal.unlink()
+        shutil.rmtree(staging, ignore_errors=True)
+    except OSError as error:
+        raise IncompleteWriteError(
+            f"the new files are committed in {journal} but not all could be put in place ({error.strerror or error}); "
+            "fix that and run slokit generate again (or --check) to complete the set"
+        ) from error
     return report

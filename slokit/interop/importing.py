@@ -20,6 +20,7 @@ from slokit.interop import importers
 from slokit.interop.model import Notice, Objective
 from slokit.spec import SPEC_VERSION
 from slokit.units import format_duration
+from slokit.yamlloc import YamlLocationError, safe_load_all_bounded
 
 EXIT_ALL: Final = 0
 EXIT_SOME_SKIPPED: Final = 3
@@ -53,7 +54,9 @@ def _documents(path: Path) -> Iterator[Any]:
     except UnicodeDecodeError as exc:
         raise ImportFileError(f"{path}: not UTF-8 text ({exc.reason})") from None
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = safe_load_all_bounded(text, str(path))
+    except YamlLocationError as exc:
+        raise ImportFileError(f"{exc.location}: {exc.message}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -43,8 +44,37 @@ LANDING: Final = """<!doctype html>
 # much larger or slower is a broken or hostile client and gets a status (or a closed socket) instead of a thread.
 MAX_REQUEST_LINE: Final = 8192  # bytes; longer: 414
 MAX_HEADER_BYTES: Final = 16384  # all header lines together; larger: 431 (the standard library also caps 100 lines)
-CLIENT_TIMEOUT: Final = 10.0  # seconds a client may take to finish the TLS handshake, send its request or read
+# Seconds a connection may take for the TLS handshake, and then for each request: from waiting for its first byte
+# to the last byte of the answer. A deadline per request, not per socket read, so a client that trickles a byte at
+# a time is cut off too (a timer closes the socket); idle keep-alive connections close after the same time.
+CLIENT_TIMEOUT: Final = 10.0
 MAX_CONNECTIONS: Final = 32  # concurrent connections; more are closed at once (Prometheus uses one per target)
+
+
+@contextlib.contextmanager
+def _deadline(sock: Any, seconds: float) -> Iterator[threading.Event]:
+    """Shut `sock` down for reading and writing if the block has not finished `seconds` from now.
+
+    The socket's own timeout bounds each read; this bounds them all together. A blocked read then returns
+    end-of-file (or fails), so the handler thread ends and gives its connection slot back. Yields an event that is
+    set once the socket has been cut off, so a request that was cut short is not taken for a complete one.
+    """
+    expired = threading.Event()
+
+    def cut_off() -> None:
+        expired.set()
+        with contextlib.suppress(OSError):
+            # The plain socket's shutdown, also for an SSLSocket: it only closes the file descriptor's streams and
+            # leaves the TLS object alone while another thread may be reading through it.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, cut_off)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield expired
+    finally:
+        timer.cancel()
 
 
 class _SnapshotAge(Collector):
@@ -67,8 +97,9 @@ class _SnapshotAge(Collector):
 class _Httpd(ThreadingHTTPServer):
     """ThreadingHTTPServer with a bounded number of connections and TLS negotiated on the connection's thread.
 
-    The TLS handshake runs in the handler thread under the client timeout, so a client that connects and says
-    nothing holds one of MAX_CONNECTIONS slots for at most CLIENT_TIMEOUT seconds and never the accept loop.
+    The TLS handshake runs in the handler thread under the client deadline, so a client that connects and says
+    nothing (or a byte at a time) holds one of MAX_CONNECTIONS slots for at most CLIENT_TIMEOUT seconds per request
+    and never the accept loop.
     """
 
     daemon_threads = True
@@ -100,7 +131,8 @@ class _Httpd(ThreadingHTTPServer):
         if self.ssl_context is not None:
             request.settimeout(CLIENT_TIMEOUT)
             try:
-                request = self.ssl_context.wrap_socket(request, server_side=True)
+                with _deadline(request, CLIENT_TIMEOUT):
+                    request = self.ssl_context.wrap_socket(request, server_side=True)
             except (OSError, ValueError) as error:  # plain HTTP on the TLS port, a bad client cert, a timeout
                 log.debug("TLS handshake with %s failed: %s", client_address[0], error)
                 request.close()
@@ -109,7 +141,7 @@ class _Httpd(ThreadingHTTPServer):
 
 
 class GpuServer:
-    """An HTTP(S) server bound to `address:port` that serves one poller's snapshot.
+    """An HTTP(S) server bound to `address:port` (loopback unless told otherwise) that serves one poller's snapshot.
 
     Binding happens in the constructor, so a port in use fails before any thread starts. With a web-config, TLS
     and basic auth apply to every path except `/healthz`, which the kubelet probes without credentials and which
@@ -119,7 +151,7 @@ class GpuServer:
     def __init__(
         self,
         poller: GpuPoller,
-        address: str = "0.0.0.0",
+        address: str = "127.0.0.1",
         port: int = 9835,
         web_config: WebConfig | None = None,
     ) -> None:
@@ -148,10 +180,31 @@ class GpuServer:
 
         class Handler(BaseHTTPRequestHandler):
             server_version = f"slokit-gpu/{__version__}"
-            timeout = CLIENT_TIMEOUT  # applied to the socket in setup(): slow clients are cut off
+            timeout = CLIENT_TIMEOUT  # applied to the socket in setup(): a bound on each read
             protocol_version = "HTTP/1.1"  # keep-alive for Prometheus; every response has a Content-Length
+            _expired: threading.Event  # set by the request's deadline (handle_one_request)
+
+            def handle_one_request(self) -> None:
+                # The bound on the whole request: request line, headers and answer within CLIENT_TIMEOUT.
+                with _deadline(self.connection, CLIENT_TIMEOUT) as expired:
+                    self._expired = expired
+                    try:
+                        super().handle_one_request()
+                    except OSError:
+                        if not expired.is_set():
+                            raise
+                        self.close_connection = True  # cut off mid-answer: nothing more to say on this socket
+                if expired.is_set():
+                    log.debug("closed %s: request not done within %ss", self.address_string(), CLIENT_TIMEOUT)
+                    self.close_connection = True
 
             def parse_request(self) -> bool:
+                if self._expired.is_set():  # the end of the headers was the deadline's cut, not the client's
+                    self.close_connection = True
+                    return False
+                return self._parse_request()
+
+            def _parse_request(self) -> bool:
                 if len(getattr(self, "raw_requestline", b"")) > MAX_REQUEST_LINE:
                     self.close_connection = True
                     self.requestline, self.request_version, self.command = "", "HTTP/1.1", "GET"
