@@ -6,8 +6,8 @@ from slokit import schema
 from slokit.generate.runbook.context import Context
 from slokit.generate.runbook.markdown import md
 from slokit.generate.runbook.model import RATE_WINDOW, Query, Tuning
+from slokit.generate.runbook.template import prose
 from slokit.schema import Sli
-from slokit.units import format_duration
 
 
 def _batch_size(ctx: Context) -> Tuning:
@@ -20,11 +20,12 @@ def _batch_size(ctx: Context) -> Tuning:
     for x in ctx.spec.models:
         facts = ctx.model_facts(x)
         if facts.max_batch is not None and facts.itl_target is not None:
-            advice.append(
-                f"{x.name}: the planner's largest batch within the {format_duration(facts.itl_target)} ITL "
-                f"objective is {facts.max_batch} sequences (KV cache and --max-num-seqs allow {facts.batch_cap}); "
-                f"the engine runs with --max-num-seqs {x.max_num_seqs}."
-            )
+            advice.extend(
+                prose(
+                    "tuning", "batch_planned", name=x.name, itl_target=facts.itl_target, max_batch=facts.max_batch,
+                    batch_cap=facts.batch_cap, max_num_seqs=x.max_num_seqs,
+                )
+            )  # fmt: skip
         else:
             advice.append(
                 md(
@@ -46,10 +47,7 @@ def _batch_size(ctx: Context) -> Tuning:
                 f"max by ({ctx.by(engine)}) (max_over_time({m.requests_running}{{{ctx.raw(x.name)}}}[1h]))",
             )
         )
-    advice.append(
-        "Set --max-num-seqs to that batch: larger batches raise tokens/s per GPU but every sequence's ITL with "
-        "it. It worked when p99 ITL stays within the target while running reaches the new maximum."
-    )
+    advice.extend(prose("tuning", "batch_set"))
     return Tuning("Largest max batch size that keeps p99 ITL within target", tuple(advice), tuple(queries))
 
 
@@ -75,11 +73,7 @@ def _prefix_caching(ctx: Context) -> Tuning:
     )
     return Tuning(
         "Prefix caching for shared prompts",
-        (
-            "Keep automatic prefix caching on (--enable-prefix-caching, the default in vLLM's v1 engine) when "
-            "requests share a system prompt or few-shot examples; put the shared part first and identical.",
-            "It worked when the hit rate rises and TTFT p50 falls at the same prompt length.",
-        ),
+        prose("tuning", "prefix_caching"),
         tuple(queries),
     )
 
@@ -90,12 +84,7 @@ def _block_size(ctx: Context) -> Tuning:
     engine = m.engine_label
     return Tuning(
         "KV block size",
-        (
-            "--block-size (16 tokens by default on GPUs) trades fragmentation against prefix-cache "
-            "granularity: smaller blocks waste less memory per sequence and match shorter shared prefixes; "
-            "larger blocks cut block-table overhead for long contexts.",
-            "It worked when KV-cache usage at the same number of running requests falls, and preemptions stay at 0.",
-        ),
+        prose("tuning", "block_size"),
         (
             Query(
                 "KV-cache usage per running request",
@@ -114,21 +103,14 @@ def _fp8(ctx: Context) -> Tuning:
     """FP8 weights or KV cache, with the planner's larger batch per model where it can estimate one."""
     m = ctx.m
     engine = m.engine_label
-    per_model = [
-        f"{x.name}: with an FP8 KV cache the planner's largest batch within the ITL objective is "
-        f"{ctx.model_facts(x).fp8_kv_max_batch} sequences (now {ctx.model_facts(x).max_batch})."
+    larger = [
+        (x.name, facts.fp8_kv_max_batch, facts.max_batch)
         for x in ctx.spec.models
-        if ctx.model_facts(x).fp8_kv_max_batch is not None
+        if (facts := ctx.model_facts(x)).fp8_kv_max_batch is not None
     ]
     return Tuning(
         "FP8 weights or KV cache",
-        (
-            "--kv-cache-dtype fp8 halves KV bytes per token, so twice the sequences fit; --quantization fp8 "
-            "halves weight bytes read per decode step, which raises tokens/s when decode is bandwidth-bound "
-            "(H100/H200 have FP8 tensor cores). Check quality on your evaluation set first.",
-            *per_model,
-            "It worked when decode tokens/s per engine rises (or KV usage falls) with p99 ITL still within the target.",
-        ),
+        prose("tuning", "fp8", larger=larger),
         (
             Query(
                 "Decode tokens/s per engine",
@@ -150,14 +132,7 @@ def _speculative_decoding(ctx: Context) -> Tuning:
     per_token = m.latency.get(Sli.TPOT, m.latency[Sli.ITL])  # SGLang has no TPOT histogram
     return Tuning(
         "Speculative decoding",
-        (
-            "--speculative-config (a draft model, n-gram or EAGLE heads) emits several tokens per step when "
-            "drafts are accepted: ITL per token falls at small batches, and gains shrink as batches fill up "
-            "(the GPU is busy anyway). Use it for latency classes with spare compute, not for full batches.",
-            "vLLM's inter-token latency then measures the gap between output events, each carrying several "
-            "tokens; judge it by TPOT (per-request time per output token).",
-            "It worked when the acceptance rate stays high (above about 0.6) and p99 TPOT falls.",
-        ),
+        prose("tuning", "speculative_decoding"),
         (
             Query(
                 "Draft acceptance rate",
