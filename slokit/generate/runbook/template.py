@@ -30,10 +30,6 @@ def _finalize(value: Any) -> Any:
     return md_escape(str(value))
 
 
-def _plain(value: Any) -> Any:
-    return "" if value is None else value
-
-
 def _number(value: float, spec: str = "g") -> str:
     """`{{ x | num }}` is `f"{x:g}"`; `{{ x | num(".0%") }}` is `f"{x:.0%}"`."""
     return format(value, spec)
@@ -42,12 +38,12 @@ def _number(value: float, spec: str = "g") -> str:
 @functools.cache
 def _environment(escape: bool = True) -> jinja2.Environment:
     """The runbook's environment; `escape=False` for the prose templates, whose sentences the runbook template
-    escapes as a whole when it renders them."""
+    escapes as a whole when it renders them (values render as in an f-string there, None as "None")."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("slokit.generate", "templates"),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
-        finalize=_finalize if escape else _plain,
+        finalize=_finalize if escape else None,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
