@@ -133,7 +133,14 @@ class _Rows:
 
     def queue(self) -> None:
         """Step 1: waiting against running and the engine's maximum, queue time, the scale-out signal."""
-        spec, board, q, m = self.spec, self.board, self.q, self.spec.metrics
+        self._waiting_vs_running()
+        self._queue_time()
+        self._scale_out_signal()
+
+    def _waiting_vs_running(self) -> None:
+        """Waiting against running and each model's --max-num-seqs: full engines with a queue call for scaling
+        out; a queue below the maximum points at the KV cache instead."""
+        spec, board, m = self.spec, self.board, self.spec.metrics
         model, engine, by_engine = m.model_label, m.engine_label, self.by_engine
         waiting = debug_steps.waiting(spec, self.engines, by_engine)
         running = debug_steps.running(spec, self.engines, by_engine)
@@ -164,6 +171,10 @@ class _Rows:
             8,
             key=("queue",),
         )
+
+    def _queue_time(self) -> None:
+        """p99 queue time per model and class: the part of TTFT that scaling out removes."""
+        spec, board, q, engine = self.spec, self.board, self.q, self.spec.metrics.engine_label
         group = ", ".join(label for label in q.by_labels if label != engine)
         queue_time = debug_steps.queue_time_p99(spec, self.series(q.raw(with_class=True)), group)
         board.add(
@@ -179,6 +190,11 @@ class _Rows:
             8,
             key=("queue_time",),
         )
+
+    def _scale_out_signal(self) -> None:
+        """The recorded scale-out signal autoscalers read, with "too little traffic" where TTFT classes are quiet
+        (the signal reads 0 for autoscalers there)."""
+        spec, board = self.spec, self.board
         scale_out = spec.alerting.scale_out
         ttft_classes = [rc.name for rc in spec.classes if (slo := rc.slos.get(Sli.TTFT)) and slo.objective is not None]
         signal_filter = [var(schema.RULE_LABEL_SERVICE, "service"), var(schema.RULE_LABEL_MODEL, "model"),
@@ -338,9 +354,14 @@ class _Rows:
 
     def interconnect(self) -> None:
         """Step 4: NVLink, PCIe, HBM, clocks and XIDs per GPU, the sidecar, and the engines reporting."""
-        spec, board, m = self.spec, self.board, self.spec.metrics
-        model = m.model_label
-        uuid = schema.GPU_UUID_LABEL
+        self._links()
+        self._hbm()
+        self._gpu_health()
+        self._reporting()
+
+    def _links(self) -> None:
+        """NVLink and PCIe bytes per GPU: tensor-parallel traffic and KV offload or host-streamed weights."""
+        board, uuid = self.board, schema.GPU_UUID_LABEL
         board.add(
             timeseries(
                 "NVLink throughput",
@@ -374,6 +395,10 @@ class _Rows:
             8,
             key=("pcie",),
         )
+
+    def _hbm(self) -> None:
+        """HBM used against total, and HBM bandwidth against the GPU's peak (decode is bandwidth-bound)."""
+        board, uuid = self.board, schema.GPU_UUID_LABEL
         board.add(
             timeseries(
                 "HBM used",
@@ -413,6 +438,10 @@ class _Rows:
             8,
             key=("bandwidth",),
         )
+
+    def _gpu_health(self) -> None:
+        """Clock throttling reasons and XID errors per GPU: a slow or failing GPU explains slow decode."""
+        board, uuid = self.board, schema.GPU_UUID_LABEL
         board.add(
             timeseries(
                 "Clock throttling and XID errors",
@@ -433,6 +462,12 @@ class _Rows:
             8,
             key=("gpu_health",),
         )
+
+    def _reporting(self) -> None:
+        """Whether the NVML sidecar and the engines are scraped at all: without them every panel above
+        under-counts."""
+        spec, board, m = self.spec, self.board, self.spec.metrics
+        model, uuid = m.model_label, schema.GPU_UUID_LABEL
         board.add(
             stat(
                 "GPU sidecar up",

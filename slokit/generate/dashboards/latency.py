@@ -233,100 +233,128 @@ def _latency_panel_description(spec: Spec, panel: HistogramPanel, alone: bool) -
     )
 
 
+def _percentile_panel(spec: Spec, board: Board, panel: HistogramPanel, index: int, alone: bool) -> str:
+    """p50/p95/p99 of one histogram with its classes' tiers and objectives as dashed lines; returns the bucket rate
+    the heatmap beside it draws. The first panel of an indicator keeps the short key the other boards link to,
+    and every class it serves gets a key of its own."""
+    hist = panel.hist
+    bucket = rate(f"{hist.name}_bucket", _panel_matchers(spec, panel))
+    by = _panel_by(spec, panel)
+    queries = [
+        (
+            _scaled(histogram_quantile(quantile, bucket, ", ".join(by)), hist),
+            f"p{quantile * 100:g} " + legend_format(*by),
+        )
+        for quantile in LATENCY_QUANTILES
+    ]
+    lines, overrides = _tier_lines(spec, panel.sli, panel.classes)
+    key: tuple[str, ...] = ("latency", panel.sli.value) if index == 0 else ("latency", panel.sli.value, str(index))
+    board.add(
+        timeseries(
+            _latency_panel_title(panel, alone),
+            _latency_panel_description(spec, panel, alone),
+            [*queries, *lines],
+            "s",
+            overrides=overrides,
+            minimum=0,
+        ),
+        16,
+        9,
+        key=key,
+    )
+    for rc in panel.classes:
+        board.refs[("latency", panel.sli.value, rc.name)] = board.refs[key]
+    return bucket
+
+
+def _heatmap_panel(board: Board, panel: HistogramPanel, bucket: str, index: int, alone: bool) -> None:
+    """The buckets themselves beside the percentiles: a second band shows a slower sub-population that the
+    percentiles average away."""
+    sli, hist = panel.sli, panel.hist
+    board.add(
+        heatmap(
+            f"{sli.value.upper()} heatmap" + ("" if alone else f" {_where(panel)}"),
+            f"Requests per second in each {sli.value} bucket of {hist.name} (all selected models, classes "
+            f"and engines; bucket bounds in {'milliseconds' if panel.unit == 'ms' else 'seconds'}, as "
+            "exported). A second band appearing above the main one is a sub-population getting slower.",
+            f"sum by (le) ({bucket})",
+            panel.unit,
+        ),
+        8,
+        9,
+        key=("heatmap", sli.value) if index == 0 else ("heatmap", sli.value, str(index)),
+    )
+
+
+def _percentile_row(spec: Spec, board: Board, sli: Sli) -> None:
+    """One row per indicator: for every histogram it is read from, the percentiles and the heatmap side by side;
+    no row when neither an SLO nor the source has the histogram (SGLang: tpot)."""
+    panels = histogram_panels(spec, sli)
+    if not panels:
+        return
+    board.row(f"{schema.SLI_TITLES[sli].capitalize()} ({sli.value})")
+    alone = len(panels) == 1
+    for index, panel in enumerate(panels):
+        bucket = _percentile_panel(spec, board, panel, index, alone)
+        _heatmap_panel(board, panel, bucket, index, alone)
+
+
+def _prompt_row(spec: Spec, board: Board, q: RawVars) -> None:
+    """TTFT against prompt length, when the source exports a prompt-length histogram: tells longer prompts
+    (prefill cost) apart from a slower engine (queueing, preemption) as the cause of a TTFT rise."""
+    m = spec.metrics
+    if m.prompt_tokens_histogram is None:
+        return
+    board.row("TTFT against prompt length")
+    ttft = m.latency[Sli.TTFT]
+    group = ", ".join(label for label in q.by_labels if label != m.engine_label)
+    mean_ttft = (
+        f"sum by ({group}) ({rate(f'{ttft}_sum', q.raw())}) / sum by ({group}) ({rate(f'{ttft}_count', q.raw())})"
+    )
+    prompt = m.prompt_tokens_histogram
+    mean_prompt = (
+        f"sum by ({group}) ({rate(f'{prompt}_sum', q.raw())}) / sum by ({group}) ({rate(f'{prompt}_count', q.raw())})"
+    )
+    legend = legend_format(*group.split(", "))
+    board.add(
+        timeseries(
+            "Mean TTFT and mean prompt length",
+            "TTFT inside the engine (left axis; the prefill cost, whatever histogram an SLO reads) moves with "
+            "prompt length (right axis) when prefill dominates: prompts getting longer explains a TTFT rise; TTFT "
+            "rising at a steady prompt length points at queueing instead.",
+            [(mean_ttft, f"TTFT {legend}"), (mean_prompt, f"prompt tokens {legend}")],
+            "s",
+            overrides=[override_axis_right("^prompt tokens ", "short")],
+            minimum=0,
+        ),
+        12,
+        8,
+        key=("ttft_prompt",),
+    )
+    board.add(
+        timeseries(
+            "TTFT per 1k prompt tokens",
+            "Mean TTFT divided by mean prompt length, per 1000 tokens: the prefill cost per token. Flat while "
+            "TTFT rises means longer prompts; rising means the engine got slower per token (queueing, "
+            "preemption, a slower GPU).",
+            [(f"1000 * ({mean_ttft}) / ({mean_prompt})", legend)],
+            "s",
+            minimum=0,
+        ),
+        12,
+        8,
+        key=("ttft_per_token",),
+    )
+
+
 def build(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
+    """The latency board and its panel references: a row per indicator, then prompt length, then failures."""
     name = "latency"
     board = Board(name, dashboard_uid(spec, name), f"{spec.service} · Latency")
     q = RawVars(spec)
-    m = spec.metrics
     for sli in Sli:
-        panels = histogram_panels(spec, sli)
-        if not panels:
-            continue  # no SLO and no source histogram (SGLang: tpot)
-        board.row(f"{schema.SLI_TITLES[sli].capitalize()} ({sli.value})")
-        for index, panel in enumerate(panels):
-            hist = panel.hist
-            bucket = rate(f"{hist.name}_bucket", _panel_matchers(spec, panel))
-            by = _panel_by(spec, panel)
-            queries = [
-                (
-                    _scaled(histogram_quantile(quantile, bucket, ", ".join(by)), hist),
-                    f"p{quantile * 100:g} " + legend_format(*by),
-                )
-                for quantile in LATENCY_QUANTILES
-            ]
-            lines, overrides = _tier_lines(spec, sli, panel.classes)
-            key: tuple[str, ...] = ("latency", sli.value) if index == 0 else ("latency", sli.value, str(index))
-            board.add(
-                timeseries(
-                    _latency_panel_title(panel, len(panels) == 1),
-                    _latency_panel_description(spec, panel, len(panels) == 1),
-                    [*queries, *lines],
-                    "s",
-                    overrides=overrides,
-                    minimum=0,
-                ),
-                16,
-                9,
-                key=key,
-            )
-            for rc in panel.classes:
-                board.refs[("latency", sli.value, rc.name)] = board.refs[key]
-            heat = f"sum by (le) ({bucket})"
-            board.add(
-                heatmap(
-                    f"{sli.value.upper()} heatmap" + ("" if len(panels) == 1 else f" {_where(panel)}"),
-                    f"Requests per second in each {sli.value} bucket of {hist.name} (all selected models, classes "
-                    f"and engines; bucket bounds in {'milliseconds' if panel.unit == 'ms' else 'seconds'}, as "
-                    "exported). A second band appearing above the main one is a sub-population getting slower.",
-                    heat,
-                    panel.unit,
-                ),
-                8,
-                9,
-                key=("heatmap", sli.value) if index == 0 else ("heatmap", sli.value, str(index)),
-            )
-    if m.prompt_tokens_histogram is not None:
-        board.row("TTFT against prompt length")
-        ttft = m.latency[Sli.TTFT]
-        group = ", ".join(label for label in q.by_labels if label != m.engine_label)
-        mean_ttft = (
-            f"sum by ({group}) ({rate(f'{ttft}_sum', q.raw())}) / sum by ({group}) ({rate(f'{ttft}_count', q.raw())})"
-        )
-        prompt = m.prompt_tokens_histogram
-        mean_prompt = (
-            f"sum by ({group}) ({rate(f'{prompt}_sum', q.raw())}) / "
-            f"sum by ({group}) ({rate(f'{prompt}_count', q.raw())})"
-        )
-        legend = legend_format(*group.split(", "))
-        board.add(
-            timeseries(
-                "Mean TTFT and mean prompt length",
-                "TTFT inside the engine (left axis; the prefill cost, whatever histogram an SLO reads) moves with "
-                "prompt length (right axis) when prefill dominates: prompts getting longer explains a TTFT rise; TTFT "
-                "rising at a steady prompt length points at queueing instead.",
-                [(mean_ttft, f"TTFT {legend}"), (mean_prompt, f"prompt tokens {legend}")],
-                "s",
-                overrides=[override_axis_right("^prompt tokens ", "short")],
-                minimum=0,
-            ),
-            12,
-            8,
-            key=("ttft_prompt",),
-        )
-        board.add(
-            timeseries(
-                "TTFT per 1k prompt tokens",
-                "Mean TTFT divided by mean prompt length, per 1000 tokens: the prefill cost per token. Flat while "
-                "TTFT rises means longer prompts; rising means the engine got slower per token (queueing, "
-                "preemption, a slower GPU).",
-                [(f"1000 * ({mean_ttft}) / ({mean_prompt})", legend)],
-                "s",
-                minimum=0,
-            ),
-            12,
-            8,
-            key=("ttft_per_token",),
-        )
+        _percentile_row(spec, board, sli)
+    _prompt_row(spec, board, q)
     _failed_requests_row(spec, board, q)
     data = dashboard_json(spec, board, f"Latency of {spec.service} by model, class and engine, with the SLO tiers.")
     return data, board.refs

@@ -100,10 +100,8 @@ def _consistency_panel(spec: Spec, board: Board, rc: RequestClass, slo: SloSpec)
     )  # fmt: skip
 
 
-def build(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
-    name = "overview"
-    board = Board(name, dashboard_uid(spec, name), f"{spec.service} · SLO overview")
-    board.row(f"Error budget over {format_duration(spec.window)}")
+def _budget_panel(spec: Spec, board: Board) -> None:
+    """The remaining error budget first: it answers "how much room is left" before any rate or tier does."""
     budget = selector(schema.RECORD_ERROR_BUDGET_REMAINING, recorded())
     board.add(
         stat(
@@ -119,6 +117,11 @@ def build(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
         6,
         key=("budget",),
     )
+
+
+def _compliance_panel(spec: Spec, board: Board) -> None:
+    """Compliance over the SLO window per objective, red below the spec's lowest objective; a spec without
+    objectives still gets the panel (reading "no objective") so the budget row keeps its shape."""
     compliance_queries = []
     for rc, slo in _slo_pairs(spec):
         if slo.objective is None:
@@ -145,6 +148,10 @@ def build(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
         6,
         key=("compliance",),
     )
+
+
+def _traffic_panel(board: Board) -> None:
+    """Requests per second beside the budget: a burn is only as costly as the traffic it is spent on."""
     board.add(
         timeseries(
             "Requests per second",
@@ -163,72 +170,109 @@ def build(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
         6,
         key=("traffic",),
     )
-    for rc, slo in _slo_pairs(spec):
-        sli = slo.sli
-        board.row(f"{rc.name} · {schema.SLI_TITLES[sli]} ({sli.value})")
-        if slo.objective is not None:
-            queries = [
-                (
-                    selector(schema.record_burn_rate(prom_duration(w)), slo_filter(rc, sli)),
-                    f"{prom_duration(w)} {{{{{schema.RULE_LABEL_MODEL}}}}}",
-                )
-                for w in _burn_windows(spec)
-            ]
-            factors = {
-                (round(b.factor(spec.window), 3), spec.alerting.severity.label(b.severity))
+
+
+def _budget_row(spec: Spec, board: Board) -> None:
+    """The top row, one glance for the whole service: budget left, compliance, traffic."""
+    board.row(f"Error budget over {format_duration(spec.window)}")
+    _budget_panel(spec, board)
+    _compliance_panel(spec, board)
+    _traffic_panel(board)
+
+
+def _burn_panel(spec: Spec, board: Board, rc: RequestClass, slo: SloSpec) -> None:
+    """Burn rate over every alert window with the alert factors dashed, so a reader sees which pair of windows
+    is about to fire; only objectives have a budget to burn."""
+    sli = slo.sli
+    assert slo.objective is not None
+    queries = [
+        (
+            selector(schema.record_burn_rate(prom_duration(w)), slo_filter(rc, sli)),
+            f"{prom_duration(w)} {{{{{schema.RULE_LABEL_MODEL}}}}}",
+        )
+        for w in _burn_windows(spec)
+    ]
+    factors = {
+        (round(b.factor(spec.window), 3), spec.alerting.severity.label(b.severity)) for b in spec.alerting.burn_rates
+    }
+    steps = [(factor, "red" if sev == spec.alerting.severity.page else "orange") for factor, sev in factors]
+    board.add(
+        timeseries(
+            "Burn rate by window",
+            f"How fast the {sli.value} error budget of {rc.name} burns over each alert window (1 = the "
+            f"budget lasts exactly {format_duration(spec.window)}). Dashed lines are the alert factors: "
+            + ", ".join(
+                f"{b.factor(spec.window):.3g}x over {format_duration(b.long)} and "
+                f"{format_duration(b.short)} ({spec.alerting.severity.label(b.severity)})"
                 for b in spec.alerting.burn_rates
-            }
-            steps = [(factor, "red" if sev == spec.alerting.severity.page else "orange") for factor, sev in factors]
-            board.add(
-                timeseries(
-                    "Burn rate by window",
-                    f"How fast the {sli.value} error budget of {rc.name} burns over each alert window (1 = the "
-                    f"budget lasts exactly {format_duration(spec.window)}). Dashed lines are the alert factors: "
-                    + ", ".join(
-                        f"{b.factor(spec.window):.3g}x over {format_duration(b.long)} and "
-                        f"{format_duration(b.short)} ({spec.alerting.severity.label(b.severity)})"
-                        for b in spec.alerting.burn_rates
-                    )
-                    + f"; the objective is {slo.objective.percentile:g}% within "
-                    f"{format_duration(slo.objective.threshold)}.",
-                    queries,
-                    "suffix:x",
-                    thresholds=sorted(steps),
-                    minimum=0,
-                ),
-                12,
-                8,
-                key=("burn", rc.name, sli.value),
             )
-        tier_queries = []
-        for pct in PERCENTILES:
-            expr = tier_state_expr(spec, rc, slo, pct)
-            if expr is not None:
-                tier_queries.append((expr, f"{pct} {{{{{schema.RULE_LABEL_MODEL}}}}}"))
-        if tier_queries:
-            lines = []
-            for pct in PERCENTILES:
-                named = [
-                    f"{tier} {format_duration(slo.tiers.tier(tier)[pct])}"
-                    for tier in TIER_NAMES
-                    if pct in slo.tiers.tier(tier)
-                ]
-                if named:
-                    lines.append(f"{pct}: " + ", ".join(named))
-            board.add(
-                state_timeline(
-                    "Tier status per percentile",
-                    f"Which tier each percentile of {rc.name} {sli.value} is in, from the trailing 5m quantile "
-                    f"({'; '.join(lines)}). A p95 over acceptable opens a ticket; a p50 over critical pages. With "
-                    f"fewer than {spec.alerting.min_requests} requests in the 5m window (alerting.min_requests) it "
-                    f'reads "{LOW_TRAFFIC_TEXT}": one slow request would be a p50, so the tier alerts stay quiet.',
-                    tier_queries,
-                ),
-                12,
-                8,
-                key=("tier", rc.name, sli.value),
-            )
-        if slo.consistency is not None:
-            _consistency_panel(spec, board, rc, slo)
+            + f"; the objective is {slo.objective.percentile:g}% within "
+            f"{format_duration(slo.objective.threshold)}.",
+            queries,
+            "suffix:x",
+            thresholds=sorted(steps),
+            minimum=0,
+        ),
+        12,
+        8,
+        key=("burn", rc.name, sli.value),
+    )
+
+
+def _tier_lines(slo: SloSpec) -> list[str]:
+    """Each percentile's tier thresholds in words ("p95: target 2s, acceptable 4s") for the panel description."""
+    lines = []
+    for pct in PERCENTILES:
+        named = [
+            f"{tier} {format_duration(slo.tiers.tier(tier)[pct])}" for tier in TIER_NAMES if pct in slo.tiers.tier(tier)
+        ]
+        if named:
+            lines.append(f"{pct}: " + ", ".join(named))
+    return lines
+
+
+def _tier_panel(spec: Spec, board: Board, rc: RequestClass, slo: SloSpec) -> None:
+    """Which tier each percentile is in over time, the picture behind the tier alerts; absent when the SLO
+    names no tiers."""
+    sli = slo.sli
+    tier_queries = []
+    for pct in PERCENTILES:
+        expr = tier_state_expr(spec, rc, slo, pct)
+        if expr is not None:
+            tier_queries.append((expr, f"{pct} {{{{{schema.RULE_LABEL_MODEL}}}}}"))
+    if not tier_queries:
+        return
+    board.add(
+        state_timeline(
+            "Tier status per percentile",
+            f"Which tier each percentile of {rc.name} {sli.value} is in, from the trailing 5m quantile "
+            f"({'; '.join(_tier_lines(slo))}). A p95 over acceptable opens a ticket; a p50 over critical pages. With "
+            f"fewer than {spec.alerting.min_requests} requests in the 5m window (alerting.min_requests) it "
+            f'reads "{LOW_TRAFFIC_TEXT}": one slow request would be a p50, so the tier alerts stay quiet.',
+            tier_queries,
+        ),
+        12,
+        8,
+        key=("tier", rc.name, sli.value),
+    )
+
+
+def _slo_row(spec: Spec, board: Board, rc: RequestClass, slo: SloSpec) -> None:
+    """One row per class and indicator: burn rate, tier status and consistency, each only where the SLO asks."""
+    board.row(f"{rc.name} · {schema.SLI_TITLES[slo.sli]} ({slo.sli.value})")
+    if slo.objective is not None:
+        _burn_panel(spec, board, rc, slo)
+    _tier_panel(spec, board, rc, slo)
+    if slo.consistency is not None:
+        _consistency_panel(spec, board, rc, slo)
+
+
+def build(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
+    """The overview board and its panel references; panels are added in reading order, which fixes their ids."""
+    name = "overview"
+    board = Board(name, dashboard_uid(spec, name), f"{spec.service} · SLO overview")
+    _budget_row(spec, board)
+    for rc, slo in _slo_pairs(spec):
+        _slo_row(spec, board, rc, slo)
     data = dashboard_json(spec, board, f"SLO overview of {spec.service}: error budgets, burn rates and tiers.")
     return data, board.refs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from slokit import schema
@@ -13,6 +13,7 @@ from slokit.generate.runbook.context import Context
 from slokit.generate.runbook.markdown import link
 from slokit.generate.runbook.model import Section
 from slokit.generate.runbook.steps import guide
+from slokit.generate.runbook.template import prose
 from slokit.schema import Sli
 from slokit.spec import PERCENTILES, TIER_NAMES
 from slokit.units import format_duration
@@ -82,90 +83,104 @@ def alert_section(ctx: Context, rule: AlertRule) -> Section:
     )
 
 
+def _slo_of(ctx: Context, rule: AlertRule) -> Any:
+    """The SLO an alert is about, or None for alerts of a model or of no indicator (and for a class the spec lacks)."""
+    if rule.request_class is None or rule.sli is None:
+        return None
+    try:
+        return ctx.spec.request_class(rule.request_class).slos.get(rule.sli)
+    except KeyError:
+        return None
+
+
+def _sli_text(rule: AlertRule) -> str:
+    return schema.SLI_TITLES[rule.sli] if rule.sli is not None else "latency"
+
+
+def _effect(rule: AlertRule) -> str:
+    """What users notice when the alert's indicator is slow."""
+    return _USER_EFFECT.get(rule.sli, "requests are slow") if rule.sli is not None else "requests are slow"
+
+
+def _burn_rate(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """Burn-rate alerts: both windows over the factor, so the budget is being spent now, not in a blip."""
+    slo = _slo_of(ctx, rule)
+    objective = slo.objective if slo is not None else None
+    return _meaning(
+        "burn_rate", who=_who(rule), sli=_sli_text(rule), objective=objective, window=ctx.spec.window,
+        effect=_effect(rule),
+    )  # fmt: skip
+
+
+def _tier(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """Tier alerts: a percentile over its tier for alerting.tier_for, with the tiers spelt out."""
+    slo = _slo_of(ctx, rule)
+    tiers = tier_text(slo) if slo is not None else ""
+    return _meaning(
+        "tier", who=_who(rule), sli=_sli_text(rule), tier_for=ctx.spec.alerting.tier_for, tiers=tiers,
+        effect=_effect(rule),
+    )  # fmt: skip
+
+
+def _baseline(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """Baseline alerts: a regression against the same hour before, which can fire while the SLO still holds."""
+    return _meaning(
+        "baseline", who=_who(rule), sli=_sli_text(rule), base=ctx.spec.alerting.baseline, effect=_effect(rule)
+    )
+
+
+def _scale_out(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """Scale-out alerts: headroom is gone before the SLO breaks, so the autoscaler is not keeping up."""
+    alerting = ctx.spec.alerting
+    return _meaning("scale_out", who=_who(rule), scale_out=alerting.scale_out, min_requests=alerting.min_requests)
+
+
+def _queue_overload(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """Queue alerts: more concurrent requests than the engine's slots, each wait added to TTFT."""
+    return _meaning("queue_overload", who=_who(rule))
+
+
+def _kv_cache(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """KV-cache alerts: admission stops and running requests are evicted and recomputed."""
+    return _meaning("kv_cache", who=_who(rule), limit=ctx.spec.alerting.kv_cache_usage_max)
+
+
+def _consistency(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """Consistency alerts: a tail far from the median makes batch jobs unpredictable."""
+    slo = _slo_of(ctx, rule)
+    limit = slo.consistency.max_p99_over_p50 if slo is not None and slo.consistency is not None else None
+    return _meaning("consistency", who=_who(rule), sli=_sli_text(rule), limit=limit)
+
+
+def _exporter_gone(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """Exporter-gone alerts: a model that served traffic lost every series, so its SLO alerts are blind."""
+    return _meaning("exporter_gone", who=_who(rule))
+
+
+def _absent(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
+    """Absent alerts: the metrics are missing, so the SLO alerts are blind."""
+    return _meaning("absent", who=_who(rule))
+
+
+def _meaning(kind: str, **values: Any) -> tuple[str, ...]:
+    """The paragraphs of one alert kind's macro in templates/meaning.md.j2."""
+    return prose("meaning", kind, **values)
+
+
+_MEANING: Final[Mapping[AlertKind, Callable[[Context, AlertRule], tuple[str, ...]]]] = {
+    AlertKind.BURN_RATE: _burn_rate,
+    AlertKind.TIER: _tier,
+    AlertKind.BASELINE: _baseline,
+    AlertKind.SCALE_OUT: _scale_out,
+    AlertKind.QUEUE_OVERLOAD: _queue_overload,
+    AlertKind.KV_CACHE: _kv_cache,
+    AlertKind.CONSISTENCY: _consistency,
+    AlertKind.EXPORTER_GONE: _exporter_gone,
+    AlertKind.ABSENT: _absent,
+}
+
+
 def meaning(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
-    spec = ctx.spec
-    who = _who(rule)
-    slo = None
-    if rule.request_class is not None and rule.sli is not None:
-        try:
-            slo = spec.request_class(rule.request_class).slos.get(rule.sli)
-        except KeyError:
-            slo = None
-    sli_text = schema.SLI_TITLES[rule.sli] if rule.sli is not None else "latency"
-    effect = _USER_EFFECT.get(rule.sli, "requests are slow") if rule.sli is not None else "requests are slow"
-    out: list[str] = []
-    if rule.kind is AlertKind.BURN_RATE:
-        if slo is not None and slo.objective is not None:
-            out.append(
-                f"{who} miss the {sli_text} objective ({slo.objective.percentile:g}% within "
-                f"{format_duration(slo.objective.threshold)}) fast enough to spend a large share of the "
-                f"{format_duration(spec.window)} error budget: both the long and the short window burn faster "
-                "than the factor, so it is happening now and not a blip."
-            )
-        else:
-            out.append(f"{who} spend the {sli_text} error budget faster than planned.")
-        out.append(f"Users: {effect}.")
-    elif rule.kind is AlertKind.TIER:
-        tiers = tier_text(slo) if slo is not None else ""
-        out.append(
-            f"A {sli_text} percentile of {who.lower()} is worse than its tier for "
-            f"{format_duration(spec.alerting.tier_for)}. {tiers}"
-        )
-        out.append(f"Users: {effect}; a p50 over critical means most users are affected.")
-    elif rule.kind is AlertKind.BASELINE:
-        base = spec.alerting.baseline
-        reference = (
-            f"median of the same hour over {base.median_days} days"
-            if base.median_days
-            else f"the same hour {format_duration(base.offset)} ago"
-        )
-        out.append(
-            f"The trailing 5m p99 {sli_text} of {who.lower()} is above {base.ratio:g}x its baseline "
-            f"({reference}), "
-            f"with at least {base.min_rps:g} requests/s now and then: latency regressed relative to normal, "
-            "even if the absolute SLO still holds."
-        )
-        out.append(f"Users: the slowest 1% notice first; {effect}.")
-    elif rule.kind is AlertKind.SCALE_OUT:
-        out.append(
-            f"More of {who.lower()} than the TTFT objective allows above its threshold have waited longer than "
-            f"{spec.alerting.scale_out.fraction_of_slo:g}x that threshold for their first token, for "
-            f"{format_duration(spec.alerting.scale_out.for_)} (a bucket count, with at least "
-            f"{spec.alerting.min_requests} requests in 5m): the service runs out of headroom before the SLO "
-            "breaks. The autoscaler should be adding replicas; this alert means it is not, or cannot."
-        )
-        out.append("Users: nothing yet; soon a longer wait for the first token.")
-    elif rule.kind is AlertKind.QUEUE_OVERLOAD:
-        out.append(
-            f"Requests wait while every slot of the engine is taken ({who.lower()}): the engine receives "
-            "more concurrent requests than it can run, and each waiting request adds its wait to TTFT."
-        )
-        out.append("Users: a growing wait before the first token.")
-    elif rule.kind is AlertKind.KV_CACHE:
-        out.append(
-            f"The KV cache of {who.lower()} is above {spec.alerting.kv_cache_usage_max:.0%} or preempting: "
-            "the scheduler stops admitting requests and evicts running ones, whose prefill is recomputed."
-        )
-        out.append("Users: stalls mid-answer (preempted requests) and longer waits for the first token.")
-    elif rule.kind is AlertKind.CONSISTENCY:
-        limit = slo.consistency.max_p99_over_p50 if slo is not None and slo.consistency is not None else None
-        out.append(
-            f"p99 over p50 {sli_text} of {who.lower()} exceeds "
-            f"{f'{limit:g}' if limit is not None else 'its limit'}: the tail is far from the median, so batch "
-            "jobs cannot be scheduled predictably."
-        )
-        out.append("Users: batch jobs finish at unpredictable times; deadlines slip.")
-    elif rule.kind is AlertKind.EXPORTER_GONE:
-        out.append(
-            f"Every metric series of {who.lower()} is gone although it served requests within the last hour: "
-            "its pods are down, the scrape is broken, or the slokit plugin is not loaded. Every SLO alert of "
-            "this model is blind until the series are back."
-        )
-        out.append("Users: possibly a full outage of this model; check its pods and the scrape targets first.")
-    elif rule.kind is AlertKind.ABSENT:
-        out.append(
-            f"The metrics of {who.lower()} are missing: the exporter, the scrape or the engine is down. Every "
-            "SLO alert of this model is blind until it is back."
-        )
-        out.append("Users: possibly nothing, possibly a full outage; check the engine first.")
-    return tuple(out)
+    """What fired and what users notice, in the words of the alert's kind."""
+    explain = _MEANING.get(rule.kind)
+    return explain(ctx, rule) if explain is not None else ()

@@ -13,9 +13,9 @@ from slokit.generate.queries import Queries, union
 from slokit.generate.runbook.context import Context, matchers_text
 from slokit.generate.runbook.markdown import md
 from slokit.generate.runbook.model import RATE_WINDOW, Guide, Query, Step
+from slokit.generate.runbook.template import prose
 from slokit.schema import Sli
 from slokit.spec import Model
-from slokit.units import format_duration
 
 
 def guide(ctx: Context, rule: AlertRule) -> Guide:
@@ -82,14 +82,8 @@ def api_server_step(ctx: Context, model: str | None, rc: str | None) -> Step:
             f"{debug_steps.mean(series, frontend, group)}\n- {debug_steps.mean(series, engine, group)}",
         ),
     )
-    healthy = ("The two p95s are close (the frontend adds HTTP and tokenisation: milliseconds) and the gap is flat.",)
-    fix = (
-        "Frontend TTFT high while the engine's is low: the API server is saturated before the engine sees the "
-        "request (a CPU-starved event loop, slow tokenisation of long prompts, a slow middleware). Give the "
-        "API server CPU (requests and limits of the pod), run more API-server processes (--api-server-count), "
-        "and check the node's CPU throttling. Adding engines does not help.",
-        "Both high together: the engine is the cause; go on to step 1.",
-    )
+    healthy = prose("steps", "api_server_healthy")
+    fix = prose("steps", "api_server_fix")
     return _step(ctx, debug_steps.API_SERVER, queries, healthy, fix, ctx.variables(model, rc))
 
 
@@ -116,27 +110,11 @@ def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str
         own = ctx.spec.request_class(rc).slos.get(Sli.TTFT) if rc in {c.name for c in ctx.spec.classes} else None
         if own is not None and own.objective is not None:
             ttft = [own.objective.threshold]
-    healthy = [
-        "Waiting is 0 most of the time; short bursts that clear within a scrape or two are normal.",
-        f"Running stays below each engine's --max-num-seqs ({maxima}).",
-    ]
-    if ttft:
-        healthy.append(
-            f"Queue time p99 is a small part of the TTFT objective ({format_duration(min(ttft))}): under "
-            f"{format_duration(min(ttft) * debug_steps.QUEUE_TIME_SHARE_OF_TTFT)}."
-        )
-    healthy.append(
-        f"The scale-out signal stays under {ctx.spec.alerting.scale_out.fraction_of_slo:g}; above it for "
-        f"{format_duration(ctx.spec.alerting.scale_out.for_)} the autoscaler adds replicas."
-    )
-    fix = (
-        "Running at the maximum with requests waiting: the engine receives more concurrent requests than it "
-        "can run. Scale out (add replicas; the generated HPA/KEDA objects in exporters/ act on the scale-out "
-        "signal), or shed batch traffic to another pool.",
-        "Waiting grows while running is below the maximum: the scheduler cannot admit more because the KV "
-        "cache is full; go to step 3.",
-        "Neither: the queue is not the cause; go on to step 2.",
-    )
+    healthy = prose(
+        "steps", "queue_healthy", maxima=maxima, ttft=min(ttft) if ttft else None,
+        queue_share=debug_steps.QUEUE_TIME_SHARE_OF_TTFT, scale_out=ctx.spec.alerting.scale_out,
+    )  # fmt: skip
+    fix = prose("steps", "queue_fix")
     return _step(ctx, debug_steps.QUEUE, queries, healthy, fix, ctx.variables(model, rc))
 
 
@@ -208,19 +186,13 @@ def decode_step(ctx: Context, models: Sequence[Model], model: str | None, rc: st
     itl = Sli.ITL if Sli.ITL in m.latency else None
     if itl is not None:
         queries.append(Query("Inter-token latency p99 per engine", latency_by_engine(ctx, itl, 0.99, model, rc)))
-    healthy = []
+    healthy: list[str] = []
     for x in models:
         facts = ctx.model_facts(x)
         curve = facts.decode_curve
         if curve is not None:
             few = next((p for p in curve if p.batch >= 8), curve[0])
-            healthy.append(
-                f"{x.name}: at least {share:.0%} of the expected tokens/s at the batch each engine is running (query "
-                f"above; the roofline planner on {x.tensor_parallel}x {x.gpu}). A light load expects little: "
-                f"about {curve[0].tokens_per_second:,.0f} tokens/s at 1 running request, "
-                f"{few.tokens_per_second:,.0f} at {few.batch}, {curve[-1].tokens_per_second:,.0f} at "
-                f"{curve[-1].batch} (the table under Service at a glance)."
-            )
+            healthy.extend(prose("steps", "decode_healthy", model=x, share=share, curve=curve, few=few))
         else:
             healthy.append(
                 md(
@@ -230,19 +202,8 @@ def decode_step(ctx: Context, models: Sequence[Model], model: str | None, rc: st
                 )
             )
         if facts.itl_target is not None:
-            healthy.append(
-                f"{x.name}: ITL p99 at or under {format_duration(facts.itl_target)} (the tightest ITL/TPOT objective)."
-            )
-    fix = (
-        f"Tokens/s under {share:.0%} of the expected at the running batch: the GPU is "
-        "slower than it should be; check it (step 4: clocks throttled, an XID, a slow link), and that the "
-        "engine runs the planned configuration (tensor parallel size, dtype, quantisation).",
-        "Tokens/s low but at the expected for the few requests running: decode is not the bottleneck; the "
-        "slowness is before decode (step 1) or in prefill (long prompts: see the latency dashboard's TTFT "
-        "against prompt length).",
-        "ITL over target with a full batch: the batch is too large for the ITL objective; lower "
-        "--max-num-seqs to the planner's largest batch (tuning section) and scale out instead.",
-    )
+            healthy.extend(prose("steps", "decode_itl", name=x.name, itl_target=facts.itl_target))
+    fix = prose("steps", "decode_fix", share=share)
     return _step(ctx, debug_steps.DECODE, queries, healthy, fix, ctx.variables(model, rc))
 
 
@@ -260,17 +221,9 @@ def kv_step(ctx: Context, model: str | None) -> Step:
     limit = ctx.spec.alerting.kv_cache_usage_max
     healthy = (
         md("KV-cache usage under {} (`alerting.kv_cache_usage_max`).", f"{limit:.0%}"),
-        "Preemptions at 0: every preemption throws away a request's KV and recomputes its prefill later.",
-        "Prefix-cache hit rate steady; a sudden drop means prompts stopped sharing prefixes (a new system "
-        "prompt, a client change) and prefill work rose.",
+        *prose("steps", "kv_healthy"),
     )
-    fix = (
-        "Usage at the limit and preempting: the engine admits more sequences than its KV cache holds at this "
-        "context length. Lower --max-num-seqs or --max-model-len, use an FP8 KV cache (--kv-cache-dtype fp8), "
-        "raise --gpu-memory-utilization if HBM allows, or scale out.",
-        "KV offloading to host memory (PCIe traffic in step 4) is slower than recompute at short contexts; turn "
-        "it off for latency classes.",
-    )
+    fix = prose("steps", "kv_fix")
     return _step(ctx, debug_steps.KV_CACHE, queries, healthy, fix, ctx.variables(model, None))
 
 
@@ -286,31 +239,19 @@ def interconnect_step(ctx: Context, models: Sequence[Model]) -> Step:
         Query("XID errors in the last hour", debug_steps.xid_errors("1h")),
         Query("GPU sidecar reading the GPU (1) or not (0)", debug_steps.gpu_max(schema.GPU_UP)),
     )
-    healthy = [
-        "NVLink traffic about equal on every GPU of a tensor-parallel engine while requests run; one GPU "
-        "far lower than its peers points at a degraded link.",
-        "XID errors: none. Clock-event reasons: only idle (or none) while serving; any thermal or power "
-        "slowdown during the breach explains slow decode.",
-    ]
+    healthy = list(prose("steps", "interconnect_healthy"))
     for x in models:
         facts = ctx.model_facts(x)
         if facts.hbm_bandwidth is not None:
-            healthy.append(
-                f"{x.name} on {x.gpu}: decode at a full batch keeps HBM bandwidth utilisation high (peak "
-                f"{facts.hbm_bandwidth / 1e12:.2f} TB/s per GPU); low utilisation with low tokens/s means the "
-                "GPUs wait on something else (NCCL, the host, small batches)."
-            )
-    healthy.append("The GPU sidecar reports 1 for every GPU; 0 means the panels above are blind for that GPU.")
+            healthy.extend(prose("steps", "interconnect_hbm", model=x, hbm_bandwidth=facts.hbm_bandwidth))
+    healthy.extend(prose("steps", "interconnect_sidecar"))
     fix = (
-        "An XID (79: off the bus, 48/94/95: ECC) or remapping pending: cordon and drain the node, then reset "
-        "or replace the GPU.",
+        *prose("steps", "interconnect_xid_fix"),
         Markup(
             "NVLink slow or erroring: check `nvidia-smi nvlink -s` and `-e`, run with `NCCL_DEBUG=INFO` to see "
             "the transport NCCL chose (a fall-back to PCIe or sockets is slow), and move the engine to a healthy "
             "node."
         ),
-        "PCIe link trained down (generation or width below its maximum) or busy with KV offload: reseat or "
-        "move; turn offload off for latency classes.",
-        "Thermal or power throttling: check cooling and power capping on the node.",
+        *prose("steps", "interconnect_link_fix"),
     )
     return _step(ctx, debug_steps.INTERCONNECT, queries, healthy, fix, {"service": ctx.spec.service})

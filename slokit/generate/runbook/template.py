@@ -1,7 +1,10 @@
-"""The jinja2 owner: the only module that imports jinja2, and the one that renders the runbook template."""
+"""The jinja2 owner: the only module that imports jinja2, and the one that renders the runbook template and the
+prose templates its sentences come from."""
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any, Final
 
 import jinja2
@@ -13,6 +16,12 @@ from slokit.units import format_duration
 TEMPLATE: Final = "runbook.md.j2"
 
 
+_PARAGRAPH_BREAK: Final = re.compile(r"\n[ \t]*\n")
+
+
+_WHITESPACE: Final = re.compile(r"\s+")
+
+
 def _finalize(value: Any) -> Any:
     if isinstance(value, Markup):
         return value
@@ -21,12 +30,20 @@ def _finalize(value: Any) -> Any:
     return md_escape(str(value))
 
 
-def _environment() -> jinja2.Environment:
+def _number(value: float, spec: str = "g") -> str:
+    """`{{ x | num }}` is `f"{x:g}"`; `{{ x | num(".0%") }}` is `f"{x:.0%}"`."""
+    return format(value, spec)
+
+
+@functools.cache
+def _environment(escape: bool = True) -> jinja2.Environment:
+    """The runbook's environment; `escape=False` for the prose templates, whose sentences the runbook template
+    escapes as a whole when it renders them (values render as in an f-string there, None as "None")."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("slokit.generate", "templates"),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
-        finalize=_finalize,
+        finalize=_finalize if escape else None,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
@@ -34,6 +51,7 @@ def _environment() -> jinja2.Environment:
     env.filters["code"] = code_span
     env.filters["block"] = code_block
     env.filters["duration"] = format_duration
+    env.filters["num"] = _number
     return env
 
 
@@ -41,3 +59,15 @@ def render_template(**context: Any) -> str:
     """The runbook template rendered with `context` (every value escaped unless it is `Markup`)."""
     text: str = _environment().get_template(TEMPLATE).render(**context)
     return text
+
+
+def prose(template: str, macro: str, **values: Any) -> tuple[str, ...]:
+    """The paragraphs of one macro of a prose template (`templates/<template>.md.j2`), as plain text.
+
+    Paragraphs are separated by a blank line; the line breaks inside one are spaces, so a sentence can be wrapped
+    in the template freely. Values are not escaped here: the runbook template escapes each paragraph when it
+    renders it, as it escapes every other value.
+    """
+    module = _environment(escape=False).get_template(f"{template}.md.j2").module
+    text = str(getattr(module, macro)(**values))
+    return tuple(_WHITESPACE.sub(" ", paragraph.strip("\n")) for paragraph in _PARAGRAPH_BREAK.split(text))
