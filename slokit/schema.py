@@ -519,6 +519,16 @@ RULE_LABEL_COUNTER_SERVICE: Final = "slokit_service"
 RULE_LABEL_CAUSE: Final = "cause"  # on engine alerts that ride along a page of their model (value: CAUSE_ENGINE)
 CAUSE_ENGINE: Final = "engine"
 
+# Labels and annotations every alert carries (the monitoring-mixin conventions); the SLO labels above name the rest.
+ALERT_LABEL_SEVERITY: Final = "severity"
+ALERT_LABEL_NAME: Final = "alertname"
+ANNOTATION_SUMMARY: Final = "summary"
+ANNOTATION_DESCRIPTION: Final = "description"
+ANNOTATION_RUNBOOK_URL: Final = "runbook_url"
+RESERVED_ALERT_LABELS: Final = frozenset(
+    {ALERT_LABEL_SEVERITY, RULE_LABEL_SERVICE, RULE_LABEL_SLO, RULE_LABEL_MODEL, RULE_LABEL_CLASS, ALERT_LABEL_NAME}
+)
+
 # Alert names other modules route, inhibit or join on (Alertmanager config, demo). The exporter-gone page is
 # generated with the rules; its labels are service, model and severity.
 ALERT_EXPORTER_GONE: Final = "SlokitExporterGone"

@@ -187,3 +187,21 @@ def test_victoriametrics_alert_critical_chains_are_one_record_deep(spec: Spec) -
         assert "offset" not in records[schema.record_sli_total(window)].expr
     six = records[schema.record_sli_total("6h")].expr
     assert "[1h]" in six and " offset 1h" in six and " offset 4h" in six
+
+
+def test_alerts_and_groups_are_built_once_per_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules, promtool tests, runbook and dashboards read one build of a spec's alerts and groups."""
+    from slokit.generate import alerts, generate_all, rules
+
+    built: list[str] = []
+    real_alerts, real_groups = alerts._build_alert_rules, rules._build_rule_groups
+    monkeypatch.setattr(alerts, "_build_alert_rules", lambda s: built.append("alerts") or real_alerts(s))
+    monkeypatch.setattr(rules, "_build_rule_groups", lambda s, e: built.append("groups") or real_groups(s, e))
+    spec = load_spec(ROOT / "examples" / "summarize.yaml")
+    out = generate_all([spec])
+    assert built == ["groups", "alerts"]  # the groups ask for the alerts, everyone else reuses both
+    first = rules.rule_groups(spec)
+    first.pop()  # a caller's list is its own
+    assert len(rules.rule_groups(spec)) == len(first) + 1
+    assert generate_all([load_spec(ROOT / "examples" / "summarize.yaml")]) == out  # a new spec object: built anew
+    assert built == ["groups", "alerts", "groups", "alerts"]

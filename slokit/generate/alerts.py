@@ -22,6 +22,7 @@ from typing import Final
 from slokit import schema
 from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
+from slokit.generate.once import once
 from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, selector
 from slokit.schema import SLI_TITLES, Sli
 from slokit.spec import PERCENTILES, BurnRateWindow, RequestClass, Spec, TierCell
@@ -260,17 +261,20 @@ class _Builder:
         keep_firing: bool = True,
     ) -> None:
         spec = self.spec
-        labels: dict[str, str] = {"severity": spec.alerting.severity.label(severity), "service": spec.service}
+        labels: dict[str, str] = {
+            schema.ALERT_LABEL_SEVERITY: spec.alerting.severity.label(severity),
+            schema.RULE_LABEL_SERVICE: spec.service,
+        }
         if sli is not None:
-            labels["slo"] = sli.value
-        labels["model"] = model
+            labels[schema.RULE_LABEL_SLO] = sli.value
+        labels[schema.RULE_LABEL_MODEL] = model
         if request_class is not None:
-            labels["class"] = request_class.name
+            labels[schema.RULE_LABEL_CLASS] = request_class.name
         labels.update(extra_labels or {})
         labels.update(spec.alerting.labels)
         where = f"{request_class.name} on {model}" if request_class is not None else model
         what = f"{sli.value} " if sli is not None else ""
-        title = f"{name}: {what}{where}{', ' + detail if detail else ''} ({labels['severity']})"
+        title = f"{name}: {what}{where}{', ' + detail if detail else ''} ({labels[schema.ALERT_LABEL_SEVERITY]})"
         anchor = heading_anchor(title)
         if anchor in self.anchors:
             raise ValueError(f"two alerts would share the runbook section {anchor!r}")
@@ -279,9 +283,9 @@ class _Builder:
         if name in REPLICA_SUMMARIES:
             summary = summary.replace("{replica}", replica_text(spec))
         annotations = {
-            "summary": summary,
-            "description": description,
-            "runbook_url": spec.alerting.runbook_link(spec.service, anchor),
+            schema.ANNOTATION_SUMMARY: summary,
+            schema.ANNOTATION_DESCRIPTION: description,
+            schema.ANNOTATION_RUNBOOK_URL: spec.alerting.runbook_link(spec.service, anchor),
         }
         self.rules.append(
             AlertRule(
@@ -659,7 +663,11 @@ def _exporter_gone_alerts(b: _Builder) -> None:
 
 
 def alert_rules(spec: Spec) -> list[AlertRule]:
-    """Every alert rule of a spec, in a stable order."""
+    """Every alert rule of a spec, in a stable order (built once per spec; see generate/once.py)."""
+    return list(once(spec, "alerts", None, lambda: tuple(_build_alert_rules(spec))))
+
+
+def _build_alert_rules(spec: Spec) -> list[AlertRule]:
     builder = _Builder(spec)
     _burn_alerts(builder)
     _tier_alerts(builder)

@@ -46,6 +46,7 @@ from slokit import promql, schema
 from slokit.generate import alerts, queries
 from slokit.generate.engines import DEFAULT, Engine, group_fields, mimir_namespace
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule, RuleGroup
+from slokit.generate.once import once
 from slokit.plan.roofline import expected_decode_tokens_per_second
 from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, one_of, selector
 from slokit.schema import Sli
@@ -894,13 +895,18 @@ def rule_groups(spec: Spec, engine: Engine = DEFAULT, *, max_interval: float | N
     `max_interval` (seconds) caps every group's evaluation interval (see `capped_intervals`); the committed files
     never set it.
     """
+    groups = list(once(spec, "rule groups", engine, lambda: tuple(_build_rule_groups(spec, engine))))
+    return groups if max_interval is None else capped_intervals(groups, max_interval)
+
+
+def _build_rule_groups(spec: Spec, engine: Engine) -> list[RuleGroup]:
     alert_rules = _for_engine(spec, alerts.alert_rules(spec), engine)
     groups = recording_groups(spec, engine)
     if alert_rules:
         groups.append(
             RuleGroup(group_name(spec, "alerts"), prom_duration(SHORT_INTERVAL), alert_rules, group_fields(engine))
         )
-    return groups if max_interval is None else capped_intervals(groups, max_interval)
+    return groups
 
 
 def capped_intervals(groups: Iterable[RuleGroup], max_interval: float) -> list[RuleGroup]:

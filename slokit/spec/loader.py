@@ -779,7 +779,7 @@ class _Checker:
         for key, label_value in value.items():
             if not LABEL_NAME_RE.match(key) or key.startswith("__"):
                 self.error((*path, key), f"{key!r} is not a Prometheus label name", at_key=True)
-            elif key in {"severity", "service", "slo", "model", "class", "alertname"}:
+            elif key in schema.RESERVED_ALERT_LABELS:
                 self.error((*path, key), f"{key!r} is set by slokit on every alert", at_key=True)
             else:
                 text = self._label_value(label_value, (*path, key))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Final
 
 from slokit.generate.dashboards import debugging, latency, overview
@@ -13,13 +14,18 @@ from slokit.generate.dashboards.provisioning import (
     PROVISIONING_DATASOURCE_PATH,
 )
 from slokit.generate.model import AlertKind, AlertRule
+from slokit.generate.once import once
 from slokit.spec import Spec
 
 DASHBOARD_NAMES: Final = ("overview", "latency", "debugging")
 
 
 def build(spec: Spec) -> Built:
-    """Build the three dashboards of a spec."""
+    """The three dashboards of a spec (built once per spec: the runbook links to their panels too)."""
+    return once(spec, "dashboards", None, lambda: _build(spec))
+
+
+def _build(spec: Spec) -> Built:
     dashboards: dict[str, dict[str, Any]] = {}
     refs: dict[tuple[str, ...], PanelRef] = {}
     for name, builder in (("overview", overview.build), ("latency", latency.build), ("debugging", debugging.build)):
@@ -32,7 +38,9 @@ def build(spec: Spec) -> Built:
 def files(spec: Spec) -> dict[str, Any]:
     """`dashboards/<service>-<name>.json` for each dashboard, plus the Grafana provisioning files."""
     built = build(spec)
-    out: dict[str, Any] = {f"dashboards/{spec.service}-{name}.json": data for name, data in built.dashboards.items()}
+    out: dict[str, Any] = {
+        f"dashboards/{spec.service}-{name}.json": copy.deepcopy(data) for name, data in built.dashboards.items()
+    }  # copies: the built boards are shared with the runbook
     out[PROVISIONING_DATASOURCE_PATH] = DATASOURCE_PROVISIONING
     out[PROVISIONING_DASHBOARDS_PATH] = DASHBOARD_PROVISIONING
     return out
