@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from slokit import schema
 from slokit.generate import alerts, rules
 from slokit.local.prometheus import run_rule_tests
 from slokit.promql import selector
@@ -58,8 +59,15 @@ class Phase:
     latencies: Mapping[float, float]
 
 
-def _histogram(spec: Spec, sli: Sli, phases: Sequence[Phase]) -> list[dict[str, str]]:
-    """Raw cumulative bucket counters sampled every minute through the phases (the first sample is 0)."""
+def _histogram(
+    spec: Spec,
+    sli: Sli,
+    phases: Sequence[Phase],
+    labels: Mapping[str, str] | None = None,
+    missed: frozenset[int] = frozenset(),
+) -> list[dict[str, str]]:
+    """Raw cumulative bucket counters sampled every minute through the phases (the first sample is 0); `labels`
+    are added to every series, and the scrapes at the minutes in `missed` never happened."""
     bounds = spec.buckets(sli)
     counts = [0.0] * (len(bounds) + 1)  # per bucket, non-cumulative; last is +Inf only
     samples: list[list[float]] = [[0.0] * (len(bounds) + 1)]
@@ -74,19 +82,24 @@ def _histogram(spec: Spec, sli: Sli, phases: Sequence[Phase]) -> list[dict[str, 
                 row.append(running)
             samples.append(row)
     name = spec.latency_metric(sli, spec.classes[0])  # the frontend's or the engine's, as the SLO reads it
-    base = {spec.metrics.model_label: MODEL, "class": CLASS, "engine": "0"}
+    base = {spec.metrics.model_label: MODEL, "class": CLASS, "engine": "0", **(labels or {})}
     out = []
     for i, bound in enumerate([*bounds, math.inf]):
         le = "+Inf" if math.isinf(bound) else format_le(bound)
         labels = sorted({**base, "le": le}.items())
         out.append({"series": selector(f"{name}_bucket", [(k, "=", v) for k, v in labels]),
-                    "values": " ".join(f"{row[i]:g}" for row in samples)})  # fmt: skip
+                    "values": _values([row[i] for row in samples], missed)})  # fmt: skip
     out.append({"series": selector(f"{name}_count", [(k, "=", v) for k, v in sorted(base.items())]),
-                "values": " ".join(f"{row[-1]:g}" for row in samples)})  # fmt: skip
+                "values": _values([row[-1] for row in samples], missed)})  # fmt: skip
     finished = sorted({**base, spec.metrics.finish_reason_label: "stop"}.items())
     out.append({"series": selector(spec.metrics.requests_finished, [(k, "=", v) for k, v in finished]),
-                "values": " ".join(f"{row[-1]:g}" for row in samples)})  # fmt: skip
+                "values": _values([row[-1] for row in samples], missed)})  # fmt: skip
     return out
+
+
+def _values(values: Sequence[float], missed: frozenset[int]) -> str:
+    """promtool's series notation, `_` where a scrape was missed."""
+    return " ".join("_" if minute in missed else f"{v:g}" for minute, v in enumerate(values))
 
 
 def _firing(alertname: str, **labels: str) -> str:
@@ -305,4 +318,52 @@ def test_engine_cause_rides_a_page_and_falls_back_to_a_ticket_after_it(tmp_path:
         (ticket, "30m", 1), (cause, "30m", 0),  # healthy traffic on a full engine: a ticket
         (slo_page, "88m", 1), (cause, "88m", 1), (ticket, "88m", 0),  # the outage pages; the queue rides along
         (slo_page, "140m", 0), (cause, "140m", 0), (ticket, "140m", 1),  # recovered: a ticket again
+    ])  # fmt: skip
+
+
+SCOPED = """      ttft:
+        objective: {percentile: 95, threshold: 500ms}
+"""
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize(("slow_in", "fires"), [("staging", 0), ("prod", 1)], ids=["staging-slow", "prod-slow"])
+def test_another_namespace_serving_the_same_model_never_pages_this_one(
+    tmp_path: Path, promtool_path: str, slow_in: str, fires: int
+) -> None:
+    """One Prometheus, two deployments of model m: `selector: {namespace: prod}` reads prod's series only."""
+    text = _spec(SCOPED).text.replace("source: slokit", "source: slokit\nselector: {namespace: prod}")
+    spec = load_spec_text(text, "scoped.yaml")
+    slow, healthy = {3.0: 1.0}, {0.2: 1.0}
+    series = [  # staging is the busier: read unscoped, its slow requests would be most of the model's
+        *_histogram(
+            spec, Sli.TTFT, [Phase(40, 180, slow if slow_in == "staging" else healthy)], {"namespace": "staging"}
+        ),
+        *_histogram(spec, Sli.TTFT, [Phase(40, 60, slow if slow_in == "prod" else healthy)], {"namespace": "prod"}),
+    ]
+    _run(tmp_path, spec, series, [
+        (_firing(alerts.NAME_BURN, severity="critical"), "35m", fires),
+        (f"max({schema.record_error_ratio('5m')}) > bool 0.5", "35m", fires),
+    ])  # fmt: skip
+
+
+@pytest.mark.prometheus
+def test_missed_scrapes_at_tile_boundaries_leave_long_windows_equal_to_the_counters(
+    tmp_path: Path, promtool_path: str
+) -> None:
+    """Scrapes missed on 5m tile boundaries move a minute of requests to the next tile, never out of the window:
+    the 1h error ratio equals what the raw counters add up to over the hour (where `increase()` over the raw
+    range would extrapolate)."""
+    spec = _spec(SCOPED)
+    phases = [Phase(50, 60, {0.2: 0.9, 3.0: 0.1}), Phase(50, 120, {0.2: 0.98, 3.0: 0.02})]
+    missed = frozenset({40, 45, 60, 61, 75, 83})  # tile boundaries (at 90m the tiles end on 5m multiples)
+    series = _histogram(spec, Sli.TTFT, phases, missed=missed)
+    # The truth from the counters: requests and slow requests from the scrape at 30m to the scrape at 90m.
+    start, end = 30, 90
+    total = 60 * (50 - start) + 120 * (end - 50)
+    bad = 60 * 0.1 * (50 - start) + 120 * 0.02 * (end - 50)
+    ratio = schema.record_error_ratio("1h")
+    _run(tmp_path, spec, series, [
+        (f"abs(max({ratio}) - {bad / total!r}) < bool 1e-9", "90m", 1),
+        (f"max({schema.record_sli_total('1h')})", "90m", total),
     ])  # fmt: skip
