@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,9 +243,6 @@ def evaluate_level(
             out.writelines(f"{head} {v} {stamp}\n" for stamp, v in points)
             stats.samples += len(points)
     return stats
-
-
-ProgressFn = Callable[[str], None]
 
 
 def write_level(
