@@ -22,13 +22,21 @@ import yaml
 from typer.testing import CliRunner
 
 from slokit.backtest.evaluate import Evaluation, Firing, apply_for, evaluate
-from slokit.backtest.incidents import Incident, dump_incidents
+from slokit.backtest.incidents import Incident, InputError, dump_incidents, load_incidents
+from slokit.backtest.recording import Rule, group_offset_ns, write_level
 from slokit.backtest.report import score, write_reports
 from slokit.backtest.simulate import simulate
 from slokit.cli import app
 from slokit.generate.rules import rule_groups
-from slokit.local.prometheus import run_rule_tests
+from slokit.local.prometheus import (
+    backfill_openmetrics,
+    backfill_openmetrics_file,
+    backfill_rules,
+    promtool,
+    run_rule_tests,
+)
 from slokit.spec import Spec, load_spec
+from tests.fixtures_prometheus import PrometheusFactory
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 END = 1_764_806_400.0  # 2025-12-04T00:00:00Z: a fixed anchor
@@ -229,3 +237,118 @@ def test_unknown_variant_and_missing_data_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "unknown variant(s) p42" in result.output
     result = runner.invoke(app, ["backtest", spec, "--data", str(tmp_path / "none.om")])
     assert result.exit_code == 2 and "no such file" in result.output
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Other ways in: a TSDB directory, a live Prometheus; warnings and progress on the command line
+# ----------------------------------------------------------------------------------------------------------------
+SHORT_HOURS = 3
+SHORT_OUTAGE = Incident("outage-short", END - 5400, END - 3600, "llama-3-70b", None, "outage")
+
+
+@pytest.fixture(scope="module")
+def short_history(tmp_path_factory: pytest.TempPathFactory, spec: Spec) -> Path:
+    path = tmp_path_factory.mktemp("short") / "h.om"
+    with path.open("w", encoding="utf-8") as handle:
+        simulate(spec, SHORT_HOURS / 24, END, 11, [SHORT_OUTAGE], handle, replicas=1)
+    return path
+
+
+def _alert_edges(evaluation: Evaluation) -> list[tuple[str, str, float, float]]:
+    return sorted((key, f.alertname, f.start, f.end) for key, fs in evaluation.alerts.items() for f in fs)
+
+
+@pytest.mark.prometheus
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_tsdb_directory_gives_what_the_openmetrics_file_gives(
+    spec: Spec, short_history: Path, tmp_path: Path, promtool_path: str
+) -> None:
+    tsdb = tmp_path / "tsdb"
+    backfill_openmetrics_file(short_history, tsdb, max_block_duration="24h")
+    variants = ["slokit", "fixed-p99"]
+    from_file = evaluate(spec, tmp_path / "work1", data=short_history, variants=variants, progress=lambda _: None)
+    from_dir = evaluate(spec, tmp_path / "work2", data=tsdb, variants=variants, progress=lambda _: None)
+    assert (from_dir.start, from_dir.end) == (from_file.start, from_file.end)
+    assert _alert_edges(from_dir) == _alert_edges(from_file)
+    assert any(f.alertname != "FixedP99AboveThreshold" for fs in from_dir.alerts.values() for f in fs)
+    assert from_dir.p99 == from_file.p99
+
+
+@pytest.mark.prometheus
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_cli_reads_a_live_prometheus_and_reports_progress_and_warnings(
+    short_history: Path, tmp_path: Path, prometheus_factory: PrometheusFactory
+) -> None:
+    live = prometheus_factory("live", retention="100y")
+    backfill_openmetrics_file(short_history, live.data_dir, max_block_duration="24h")
+    live.start()
+    incidents = tmp_path / "incidents.yaml"
+    data = [SHORT_OUTAGE.to_data(), Incident("long-ago", END - 30 * 86400, END - 29 * 86400, "llama-3-8b").to_data()]
+    data[0]["ticket"] = "INC-1234"  # a field backtest does not know: a warning, not an error
+    incidents.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["backtest", str(EXAMPLES / "assistant-vllm.yaml"), "--prometheus", live.url,
+                                 "--from", str(int(END - SHORT_HOURS * 3600)), "--to", str(int(END)),
+                                 "--incidents", str(incidents), "--variant", "slokit", "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    err = result.stderr
+    assert "backtest: read vllm:" in err and "recording rules level 1/" in err and "backtest: timing: " in err
+    assert "ignoring unknown field(s) ticket" in err
+    assert "incident long-ago" in err and "outside the evaluated history" in err
+    assert "the history covers 3h, shorter than the" in err and "going on" in err
+    report = (out / "backtest.md").read_text()
+    assert "the history covers 3h, shorter than the" in report and "incident long-ago" in report
+    doc = json.loads((out / "backtest.json").read_text())
+    assert list(doc["variants"]) == ["slokit"]
+    first = next(i for i in doc["incidents"] if i["name"] == SHORT_OUTAGE.name)["first_page"]["slokit"]
+    assert first is not None and SHORT_OUTAGE.start <= first <= SHORT_OUTAGE.start + 900, first
+
+
+def test_incidents_with_unknown_fields_load_with_a_warning(spec: Spec, tmp_path: Path) -> None:
+    path = tmp_path / "incidents.yaml"
+    path.write_text(yaml.safe_dump([{**OUTAGE.to_data(), "owner": "oncall"}]))
+    warnings: list[str] = []
+    assert load_incidents(path, spec, warnings) == [OUTAGE]
+    assert len(warnings) == 1 and "unknown field(s) owner" in warnings[0]
+    path.write_text(yaml.safe_dump([{"name": "x", "start": "yesterday", "end": END, "model": "llama-3-70b"}]))
+    with pytest.raises(InputError, match=r"incidents\[0\]\.start: 'yesterday' is not RFC 3339"):
+        load_incidents(path, spec, warnings)
+
+
+@pytest.mark.prometheus
+@pytest.mark.timeout(300)
+def test_recorded_samples_are_what_promtool_rule_backfill_writes(
+    tmp_path: Path, prometheus_factory: PrometheusFactory, promtool_path: str
+) -> None:
+    # Two groups with their own intervals and phases, over a range crossing 2h slices, starting and ending off
+    # the grid: backtest's range queries must give exactly the samples `create-blocks-from rules` writes.
+    start, end = int(END - 5 * 3600 + 17), int(END - 43)
+    lines = ["# TYPE g gauge"]
+    lines += [f'g{{pod="{p}"}} {(i * 7 + p) % 13} {END - 6 * 3600 + 60 * i}' for i in range(360) for p in (1, 2)]
+    server = prometheus_factory("server", retention="100y")
+    backfill_openmetrics("\n".join(lines) + "\n# EOF\n", server.data_dir, workdir=tmp_path)
+    server.start()
+    groups = [("fast", 30, "r:double", "g * 2", {"k": "v"}), ("slow", 60, "r:rate", "rate(g[5m])", {})]
+    rule_file = tmp_path / "rules.yaml"
+    rule_file.write_text(yaml.safe_dump({"groups": [
+        {"name": n, "interval": f"{i}s", "rules": [{"record": r, "expr": e, **({"labels": lb} if lb else {})}]}
+        for n, i, r, e, lb in groups
+    ]}))  # fmt: skip
+    theirs = tmp_path / "promtool"
+    backfill_rules([rule_file], server, start, end, theirs)
+    rules = [Rule(r, e, lb, i, group_offset_ns(n, str(rule_file), i * 10**9)) for n, i, r, e, lb in groups]
+    ours = tmp_path / "ours"
+    write_level(server, rules, start, end, tmp_path / "level.om")
+    backfill_openmetrics_file(tmp_path / "level.om", ours, max_block_duration="10000h")
+
+    def dump(path: Path) -> list[str]:
+        (path / "wal").mkdir(exist_ok=True)  # promtool tsdb dump opens the directory as a database
+        out = promtool("tsdb", "dump", str(path))
+        assert out.ok, out.output
+        return sorted(line for line in out.output.splitlines() if line.startswith("{"))
+
+    expected = dump(theirs)
+    assert len(expected) > 900 and any("r:rate" in line for line in expected)
+    assert dump(ours) == expected

@@ -3,11 +3,15 @@
 How, and why this way:
 
 1. The raw history goes into a fresh TSDB on a Prometheus started on a loopback port: an OpenMetrics file is
-   backfilled with `promtool tsdb create-blocks-from openmetrics`, a TSDB directory is copied, a live server's raw
-   samples are read through its HTTP API (`metric[1h]` range selectors return the samples as stored) and backfilled.
-2. The recording rules run over the whole range with `promtool tsdb create-blocks-from rules`, one dependency level
-   at a time (a level reads only the levels below it, and Prometheus loads each level's blocks when it restarts),
-   each group at its own interval, exactly the expressions `slokit generate` writes.
+   backfilled with `promtool tsdb create-blocks-from openmetrics` (promtool reads the file in place), a TSDB
+   directory is copied, a live server's raw samples are read through its HTTP API (`metric[1h]` range selectors
+   return the samples as stored) and backfilled.
+2. The recording rules that the chosen alerts and the plots read (directly or through other records) run over the
+   whole range one dependency level at a time (a level reads only the levels below it, and Prometheus loads each
+   level's blocks when it restarts), each group at its own interval, exactly the expressions `slokit generate`
+   writes: each rule's expression is range-queried at the evaluation times `promtool tsdb create-blocks-from
+   rules` would use (same grid, same group phase), and the level's results go in with one
+   `create-blocks-from openmetrics` (see slokit.backtest.recording): the same samples, in a few large blocks.
 3. Each alert's expression is a range query at its group's interval (the instant query Prometheus would run at
    every evaluation), and `for` / `keep_firing_for` go through Prometheus's own pending/firing state machine
    (`apply_for`, a transcription of rules/alerting.go). PromQL is never re-implemented.
@@ -28,10 +32,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
 from slokit import schema
 from slokit.backtest.incidents import InputError
+from slokit.backtest.recording import Rule, group_offset_ns, write_level
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule
 from slokit.generate.rules import rule_groups
 from slokit.local.prometheus import (
@@ -39,17 +42,18 @@ from slokit.local.prometheus import (
     OpenMetricsWriter,
     PrometheusError,
     backfill_openmetrics,
-    backfill_rules,
+    backfill_openmetrics_file,
     move_blocks,
     remote_query,
 )
-from slokit.promql import eq, number, selector
+from slokit.promql import eq, number, one_of, selector
 from slokit.spec import Spec
-from slokit.units import format_duration, parse_duration, prom_duration
+from slokit.units import format_duration, parse_duration
 
 ALIGN: Final = 600  # evaluation times are multiples of every group interval (30s, 1m, 2m)
 MAX_POINTS: Final = 10_000  # Prometheus answers at most 11,000 points per series per range query
 FIXED_P99_FOR: Final = 300.0
+PHASE_FILE: Final = "slokit-backtest/rules.yaml"  # the rule-file path group phases hash (see run_recording_rules)
 
 # Variant name -> the alert kinds it keeps (None: every generated alert).
 FAMILIES: Final[Mapping[str, tuple[AlertKind, ...]]] = {
@@ -115,6 +119,7 @@ class Evaluation:
     variants: dict[str, list[Candidate]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     p99: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # model/class/slo -> 1m points
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds it took
 
 
 # ==============================================================================================================
@@ -233,42 +238,27 @@ def source_metric_names(spec: Spec) -> list[str]:
     return sorted(names)
 
 
-_TS = re.compile(r"\s(\d+(?:\.\d+)?)\s*$")
-
-
-def scan_openmetrics(path: Path) -> tuple[float, float, set[str]]:
-    """Time range and metric names of an OpenMetrics file (one pass; promtool checks the syntax after)."""
+def _blocks_range(blocks: Sequence[Path]) -> tuple[float, float]:
+    """First and last sample time (unix seconds) of backfilled blocks (meta.json maxTime is one past the last)."""
     lo, hi = float("inf"), float("-inf")
-    names: set[str] = set()
-    with path.open(encoding="utf-8") as handle:
-        last_name = ""
-        for line in handle:
-            if not line or line[0] == "#":
-                continue
-            cut = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
-            name = line[:cut] if cut > 0 else line.strip()
-            if name != last_name:
-                names.add(name)
-                last_name = name
-            match = _TS.search(line)
-            if match:
-                t = float(match.group(1))
-                lo, hi = min(lo, t), max(hi, t)
-    if lo == float("inf"):
-        raise InputError(f"{path}: no timestamped samples; backtest needs scraped history (`name{{labels}} value ts`)")
-    return lo, hi, names
+    for block in blocks:
+        data = json.loads((block / "meta.json").read_text(encoding="utf-8"))
+        lo, hi = min(lo, data["minTime"] / 1000), max(hi, (data["maxTime"] - 1) / 1000)
+    return lo, hi
 
 
 def load_openmetrics(path: Path, server: LocalPrometheus, workdir: Path, progress: Progress) -> tuple[float, float]:
-    """Backfill an OpenMetrics file into the (stopped) server's TSDB; returns the time range."""
-    lo, hi, _ = scan_openmetrics(path)
+    """Backfill an OpenMetrics file into the (stopped) server's TSDB; returns the time range of its samples.
+
+    promtool reads the file where it is (it is never read into memory here); its errors name the bad line."""
     progress(f"backfilling {path} ({path.stat().st_size / 1e6:.0f} MB) with promtool")
     try:
-        backfill_openmetrics(path.read_text(encoding="utf-8"), server.data_dir, workdir=workdir,
-                             max_block_duration="24h")  # fmt: skip
+        blocks = backfill_openmetrics_file(path, server.data_dir, max_block_duration="24h")
     except PrometheusError as exc:
         raise InputError(f"{path}: promtool cannot read it as OpenMetrics: {exc}") from None
-    return lo, hi
+    if not blocks:
+        raise InputError(f"{path}: no timestamped samples; backtest needs scraped history (`name{{labels}} value ts`)")
+    return _blocks_range(blocks)
 
 
 def load_tsdb(path: Path, server: LocalPrometheus) -> tuple[float, float]:
@@ -288,7 +278,7 @@ def load_remote(url: str, start: float, end: float, spec: Spec, server: LocalPro
                 progress: Progress) -> tuple[float, float]:  # fmt: skip
     """Read the spec's raw series from a live Prometheus, an hour at a time, and backfill them locally."""
     writer = OpenMetricsWriter()
-    models = "|".join(re.escape(m.name) for m in spec.models)
+    models = [m.name for m in spec.models]
     found = 0
     for name in source_metric_names(spec):
         family, kind = name, "gauge"
@@ -302,7 +292,7 @@ def load_remote(url: str, start: float, end: float, spec: Spec, server: LocalPro
         while t < end:
             upto = min(end, t + 3600)
             # A range selector returns the samples as stored (no resampling); (t, upto] per hour.
-            expr = f'{name}{{{spec.metrics.model_label}=~"{models}"}}[{int(upto - t)}s]'
+            expr = f"{selector(name, [one_of(spec.metrics.model_label, models)])}[{int(upto - t)}s]"
             try:
                 answer = remote_query(url, expr, upto)
             except PrometheusError as exc:
@@ -353,33 +343,63 @@ def dependency_levels(rules: Sequence[tuple[str, RecordingRule]]) -> list[list[t
     return [by_level[k] for k in sorted(by_level)]
 
 
-def _level_file(
-    path: Path, rules: list[tuple[str, RecordingRule]], spec: Spec, group_interval: float | None = None
-) -> Path:
-    intervals = {g.name: g.interval if group_interval is None else prom_duration(group_interval)
-                 for g in rule_groups(spec)}  # fmt: skip
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for group, rule in rules:
-        groups.setdefault(group, []).append(rule.to_data())
-    data = {"groups": [{"name": n, "interval": intervals[n], "rules": r} for n, r in groups.items()]}
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return path
+def needed_rules(rules: Sequence[tuple[str, RecordingRule]], readers: Sequence[str]) -> list[tuple[str, RecordingRule]]:
+    """The rules whose records the expressions in `readers` read, directly or through other records."""
+    exprs: dict[str, list[str]] = {}
+    for _, rule in rules:
+        exprs.setdefault(rule.record, []).append(rule.expr)
+    patterns = {n: re.compile(r"(?<![\w:])" + re.escape(n) + r"(?![\w:])") for n in exprs}
+    wanted: set[str] = set()
+    todo = list(readers)
+    while todo:
+        expr = todo.pop()
+        for name, pattern in patterns.items():
+            if name not in wanted and pattern.search(expr):
+                wanted.add(name)
+                todo.extend(exprs[name])
+    return [(g, r) for g, r in rules if r.record in wanted]
 
 
 def run_recording_rules(spec: Spec, server: LocalPrometheus, start: float, end: float, workdir: Path,
-                        progress: Progress, group_interval: float | None = None) -> None:  # fmt: skip
-    """Every recording rule over [start, end], one level at a time; the server is running after."""
-    levels = rule_levels(spec)
-    for depth, rules in enumerate(levels):
+                        progress: Progress, group_interval: float | None = None,
+                        readers: Sequence[str] | None = None) -> None:  # fmt: skip
+    """The recording rules over [start, end], one dependency level at a time; the server is running after.
+
+    With `readers` (alert expressions, plot queries), only the records they read, directly or not, are evaluated.
+    Each level: every rule's range queries on promtool's evaluation grid, one OpenMetrics file, one promtool
+    backfill, a restart that loads the new blocks (see slokit.backtest.recording)."""
+    groups = rule_groups(spec)
+    rules = [(g.name, r) for g in groups for r in g.rules if isinstance(r, RecordingRule)]
+    total = len(rules)
+    if readers is not None:
+        rules = needed_rules(rules, readers)
+    levels = dependency_levels(rules)
+    progress(f"recording rules: {len(rules)} of {total} read by the alerts and plots, in {len(levels)} levels")
+    intervals = {g.name: int(group_interval or parse_duration(g.interval)) for g in groups}
+    # The phase Prometheus (and promtool) give a group hashes its name and rule file path: a fixed path, so the
+    # same history gives the same evaluation times, and the same results, on every run.
+    rule_file = PHASE_FILE
+    for depth, level in enumerate(levels):
         began = time.monotonic()
-        # One path: group phases hash name and file.
-        rule_file = _level_file(workdir / "rules.yaml", rules, spec, group_interval)
-        blocks = backfill_rules([rule_file], server, start, end, workdir / f"blocks{depth}", timeout=1800)
-        server.stop()
-        move_blocks(blocks, server.data_dir)
-        server.start(timeout=300)
-        progress(f"recording rules level {depth + 1}/{len(levels)}: {len(rules)} rules in "
-                 f"{time.monotonic() - began:.0f}s")  # fmt: skip
+        evaluated = [
+            Rule(r.record, r.expr, dict(r.labels), intervals[g], group_offset_ns(g, rule_file, intervals[g] * 10**9))
+            for g, r in level
+        ]
+        path = workdir / f"level{depth}.om"
+        stats = write_level(server, evaluated, int(start), int(end), path)
+        queried = time.monotonic()
+        if stats.samples:
+            blocks = backfill_openmetrics_file(path, workdir / f"blocks{depth}", max_block_duration="10000h",
+                                               timeout=3600)  # fmt: skip
+        path.unlink()
+        written = time.monotonic()
+        if stats.samples:
+            server.stop()
+            move_blocks(blocks, server.data_dir)
+            server.start(timeout=300)
+        progress(f"recording rules level {depth + 1}/{len(levels)}: {len(level)} rules, {stats.series} series, "
+                 f"{stats.samples} samples in {time.monotonic() - began:.1f}s (queries {queried - began:.1f}s, "
+                 f"blocks {written - queried:.1f}s, restart {time.monotonic() - written:.1f}s)")  # fmt: skip
 
 
 # ==============================================================================================================
@@ -460,7 +480,10 @@ def write_alerts_series(
 # ==============================================================================================================
 def span_text(seconds: float) -> str:
     """A length of history the way people read it: `6h`, `1d23h59m` (whole minutes)."""
-    return prom_duration(max(60.0, round(seconds / 60) * 60))
+    minutes = max(1, round(seconds / 60))
+    days, rest = divmod(minutes, 1440)
+    hours, mins = divmod(rest, 60)
+    return "".join(f"{n}{u}" for n, u in ((days, "d"), (hours, "h"), (mins, "m")) if n) or "0m"
 
 
 def check_history(spec: Spec, names: set[str], lo: float, hi: float, where: str) -> list[str]:
@@ -512,7 +535,29 @@ def evaluate(
         chosen = {n: [replace(c, interval=group_interval) for c in cs] for n, cs in chosen.items()}
     workdir.mkdir(parents=True, exist_ok=True)
     server = LocalPrometheus(workdir=workdir / "prometheus", retention="100y",
-                             extra_args=("--query.max-samples=200000000", "--query.lookback-delta=5m"))  # fmt: skip
+                             extra_args=("--query.max-samples=200000000", "--query.lookback-delta=5m",
+                                         "--query.timeout=30m"))  # fmt: skip
+    began = time.monotonic()
+    phases: dict[str, float] = {}
+
+    def phase(name: str, since: float) -> float:
+        now = time.monotonic()
+        phases[name] = now - since
+        return now
+
+    unique = {c.key: c for cands in chosen.values() for c in cands}
+    # Alerts that read Prometheus' own ALERTS series (engine alerts, as a ticket or as a page's cause) come
+    # second, after the ALERTS series of the first stage's firings are written where they can read them.
+    # ALERTS holds what a deployment of the generated rules fires: every generated alert of the first stage
+    # (evaluated even when its variant was not asked for), never the fixed-p99 straw man.
+    second = [c for c in unique.values() if schema.ALERTS_SERIES in c.expr]
+    deployed = [c for c in variant_candidates(spec, ["slokit"])["slokit"] if schema.ALERTS_SERIES not in c.expr]
+    if group_interval is not None:
+        deployed = [replace(c, interval=group_interval) for c in deployed]
+    if second:
+        unique.update({c.key: c for c in deployed if c.key not in unique})
+    first = [c for c in unique.values() if schema.ALERTS_SERIES not in c.expr]
+    readers = [c.expr for c in unique.values()] + [_p99_query(spec)]
     try:
         if remote is not None:
             assert remote_range is not None
@@ -537,22 +582,12 @@ def evaluate(
             progress("warning: " + warning)
         start = lo + (-lo) % ALIGN
         end = hi - hi % 30
-        progress(f"history {span_text(hi - lo)} from {lo:.0f} to {hi:.0f}; evaluating rules from {start:.0f}")
-        run_recording_rules(spec, server, start, end, workdir, progress, group_interval)
+        mark = phase("load", began)
+        progress(f"history {span_text(hi - lo)} from {lo:.0f} to {hi:.0f}, loaded in {phases['load']:.1f}s; "
+                 f"evaluating rules from {start:.0f}")  # fmt: skip
+        run_recording_rules(spec, server, start, end, workdir, progress, group_interval, readers)
+        mark = phase("recording rules", mark)
         result = Evaluation(start=start, end=end, variants=chosen, warnings=warnings)
-        unique = {c.key: c for cands in chosen.values() for c in cands}
-        # Alerts that read Prometheus' own ALERTS series (engine alerts, as a ticket or as a page's cause) come
-        # second, after the ALERTS series of the first stage's firings are written where they can read them.
-        # ALERTS holds what a deployment of the generated rules fires: every generated alert of the first stage
-        # (evaluated even when its variant was not asked for), never the fixed-p99 straw man.
-        second = [c for c in unique.values() if schema.ALERTS_SERIES in c.expr]
-        deployed = [c for c in variant_candidates(spec, ["slokit"])["slokit"] if schema.ALERTS_SERIES not in c.expr]
-        if group_interval is not None:
-            deployed = [replace(c, interval=group_interval) for c in deployed]
-        if second:
-            unique.update({c.key: c for c in deployed if c.key not in unique})
-        first = [c for c in unique.values() if schema.ALERTS_SERIES not in c.expr]
-        began = time.monotonic()
         for stage, candidates in enumerate((first, second)):
             if stage == 1 and candidates:
                 fired = [(c, result.alerts[c.key]) for c in deployed]
@@ -562,8 +597,13 @@ def evaluate(
                 result.alerts[candidate.key] = evaluate_alert(server, query, start, end)
                 done = len(result.alerts)
                 if done % 20 == 0 or done == len(unique):
-                    progress(f"alerts {done}/{len(unique)} evaluated ({time.monotonic() - began:.0f}s)")
+                    progress(f"alerts {done}/{len(unique)} evaluated ({time.monotonic() - mark:.1f}s)")
+        mark = phase("alerts", mark)
         result.p99 = _p99_series(server, spec, start, end)
+        phase("plot series", mark)
+        result.phases = phases
+        progress("timing: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()) +
+                 f"; evaluation {time.monotonic() - began:.1f}s")  # fmt: skip
         return result
     finally:
         server.stop()
@@ -571,9 +611,7 @@ def evaluate(
 
 def _p99_series(server: LocalPrometheus, spec: Spec, start: float, end: float) -> dict[str, list[tuple[float, float]]]:
     """The recorded 5m p99 per model/class/slo at 1m, for the report's plots."""
-    p99 = selector(
-        schema.RECORD_LATENCY_QUANTILE, [eq(schema.RULE_LABEL_SERVICE, spec.service), eq("quantile", "0.99")]
-    )
+    p99 = _p99_query(spec)
     series: dict[str, list[tuple[float, float]]] = {}
     t = start
     while t < end:
@@ -583,3 +621,9 @@ def _p99_series(server: LocalPrometheus, spec: Spec, start: float, end: float) -
             series.setdefault(key, []).extend(sample.points)
         t = upto + 60
     return series
+
+
+def _p99_query(spec: Spec) -> str:
+    return selector(
+        schema.RECORD_LATENCY_QUANTILE, [eq(schema.RULE_LABEL_SERVICE, spec.service), eq("quantile", "0.99")]
+    )

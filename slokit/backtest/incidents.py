@@ -71,8 +71,11 @@ def parse_time(value: Any) -> float:
     raise ValueError(f"{type(value).__name__} is not a time")
 
 
-def load_incidents(path: Path, spec: Spec) -> list[Incident]:
-    """Read and check an incidents file against the spec (models and classes must exist)."""
+def load_incidents(path: Path, spec: Spec, warnings: list[str] | None = None) -> list[Incident]:
+    """Read and check an incidents file against the spec (models and classes must exist).
+
+    Missing or invalid required fields (start, end, model) and unknown models or classes raise InputError (exit 2);
+    fields it does not know are ignored with a warning, appended to `warnings` when given."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -102,9 +105,10 @@ def load_incidents(path: Path, spec: Spec) -> list[Incident]:
         if not isinstance(item, dict):
             problems.append(f"{where}: expected a mapping with name, start, end, model (and optional class)")
             continue
-        unknown = sorted(set(item) - {"name", "start", "end", "model", "class", "kind"})
-        if unknown:
-            problems.append(f"{where}: unknown field(s) {', '.join(unknown)}; allowed: name, start, end, model, class")
+        unknown = sorted(str(k) for k in set(item) - {"name", "start", "end", "model", "class", "kind"})
+        if unknown and warnings is not None:
+            warnings.append(f"{where}: ignoring unknown field(s) {', '.join(unknown)}; known: name, start, end, "
+                            "model, class, kind")  # fmt: skip
         missing = [k for k in ("start", "end", "model") if k not in item]
         if missing:
             problems.append(f"{where}: missing {', '.join(missing)}")
@@ -144,6 +148,20 @@ def load_incidents(path: Path, spec: Spec) -> list[Incident]:
     if problems:
         raise InputError("\n".join(problems))
     return sorted(out, key=lambda i: i.start)
+
+
+def range_warnings(incidents: Sequence[Incident], start: float, end: float) -> list[str]:
+    """Warnings for incidents the evaluated range [start, end] does not cover (in full or at all)."""
+    out = []
+    span = f"{rfc3339(start)} to {rfc3339(end)}"
+    for i in incidents:
+        if i.end <= start or i.start >= end:
+            out.append(f"incident {i.name} ({rfc3339(i.start)} to {rfc3339(i.end)}) is outside the evaluated "
+                       f"history ({span}): nothing can detect it")  # fmt: skip
+        elif i.start < start or i.end > end:
+            out.append(f"incident {i.name} ({rfc3339(i.start)} to {rfc3339(i.end)}) is only partly inside the "
+                       f"evaluated history ({span})")  # fmt: skip
+    return out
 
 
 def dump_incidents(incidents: Iterable[Incident]) -> str:

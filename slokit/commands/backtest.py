@@ -54,7 +54,10 @@ def simulate(
     planned = None
     if incidents is not None:
         try:
-            planned = load_incidents(incidents, loaded)
+            notes: list[str] = []
+            planned = load_incidents(incidents, loaded, notes)
+            for note in notes:
+                typer.echo(f"warning: {note}", err=True)
         except InputError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(EXIT_USAGE) from None
@@ -101,8 +104,8 @@ def backtest(
     """
     import tempfile
 
-    from slokit.backtest.evaluate import evaluate
-    from slokit.backtest.incidents import InputError, load_incidents, parse_time
+    from slokit.backtest.evaluate import evaluate, stderr_progress
+    from slokit.backtest.incidents import InputError, load_incidents, parse_time, range_warnings
     from slokit.backtest.report import write_reports
 
     loaded = load_one_spec_or_exit(spec)
@@ -119,11 +122,20 @@ def backtest(
                 raise InputError(f"--from/--to: {exc}") from None
             if remote_range[1] <= remote_range[0]:
                 raise InputError("--to must be after --from")
-        labelled = load_incidents(incidents, loaded) if incidents is not None else []
+        incident_warnings: list[str] = []
+        labelled = load_incidents(incidents, loaded, incident_warnings) if incidents is not None else []
+        for warning in incident_warnings:
+            stderr_progress("warning: " + warning)
         with tempfile.TemporaryDirectory(prefix="slokit-backtest-") as scratch:
             result = evaluate(loaded, Path(scratch), data=data, remote=prometheus, remote_range=remote_range,
                               variants=variants)  # fmt: skip
+        for warning in range_warnings(labelled, result.start, result.end):
+            stderr_progress("warning: " + warning)
+            incident_warnings.append(warning)
+        result.warnings.extend(incident_warnings)
+        began = time.monotonic()
         doc = write_reports(loaded, result, labelled, output)
+        stderr_progress(f"reports written in {time.monotonic() - began:.1f}s")
     except InputError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_USAGE) from None

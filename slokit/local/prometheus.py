@@ -300,6 +300,12 @@ class LocalPrometheus:
             params["stats"] = "all"
         return _parse_result(self._request("/api/v1/query_range", params, method="POST"))
 
+    def raw_query_range(self, expr: str, start: str, end: str, step: float, *, timeout: float = 60.0) -> Any:
+        """Range query with start and end given as the API's text (unix seconds), answered as the API's unparsed
+        `data` (`resultType`, `result`): the cheap form for reading many points."""
+        params = {"query": expr, "start": start, "end": end, "step": f"{step:g}"}
+        return self._request("/api/v1/query_range", params, method="POST", timeout=timeout)
+
     def label_values(self, label: str, start: float | None = None, end: float | None = None) -> list[str]:
         """Values of a label (`__name__`: metric names) over a time range (`/api/v1/label/<name>/values`)."""
         params = {k: f"{v:.3f}" for k, v in (("start", start), ("end", end)) if v is not None}
@@ -449,21 +455,28 @@ def backfill_openmetrics(
     Prometheus loads them when it (re)starts. `max_block_duration` (e.g. `24h`) makes fewer, larger blocks for
     long histories, which keeps startup and queries fast.
     """
-    promtool = _require_binary(PROMTOOL_BINARY)
-    data_dir.mkdir(parents=True, exist_ok=True)
     scratch = workdir or data_dir.parent
     scratch.mkdir(parents=True, exist_ok=True)
     source = scratch / f"backfill-{time.monotonic_ns()}.om"
     source.write_text(text, encoding="utf-8")
+    try:
+        return backfill_openmetrics_file(source, data_dir, max_block_duration=max_block_duration, timeout=timeout)
+    finally:
+        source.unlink(missing_ok=True)
+
+
+def backfill_openmetrics_file(
+    source: Path, data_dir: Path, *, max_block_duration: str | None = None, timeout: float = 600.0
+) -> list[Path]:
+    """`backfill_openmetrics` for a file already on disk: promtool reads it in place (nothing is copied)."""
+    promtool = _require_binary(PROMTOOL_BINARY)
+    data_dir.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in data_dir.iterdir()}
-    argv = [promtool, "tsdb", "create-blocks-from", "openmetrics"]
+    argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet"]
     if max_block_duration:
         argv.append(f"--max-block-duration={max_block_duration}")
     argv += [str(source), str(data_dir)]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    finally:
-        source.unlink(missing_ok=True)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise PrometheusError(
             f"promtool backfill failed ({done.returncode}):\n{done.stderr[-4000:]}{done.stdout[-2000:]}"
