@@ -58,6 +58,9 @@ def _objectives(spec: Spec) -> list[tuple[float, float, float, str, frozenset[tu
            {("job", "=", "caddy"), ("handler", "=", "subroute"), ("code", "!~", "5..")})]),
         ("pyrra/slo-apiserver-read-resource-latency.yaml",
          [(99.0, 14 * DAY, 0.1, "apiserver_request_sli_duration_seconds", {("verb", "=~", "LIST|GET")})]),
+        ("pyrra/slo-apiserver-read-cluster-latency.yaml",
+         [(99.0, 14 * DAY, 5.0, "apiserver_request_sli_duration_seconds",
+           {("component", "=", "apiserver"), ("scope", "=~", "cluster|"), ("verb", "=~", "LIST|GET")})]),
         ("sloth/kubernetes-apiserver.yml",
          [(99.0, 30 * DAY, 0.4, "apiserver_request_duration_seconds", {("verb", "!=", "WATCH")})]),
         ("sloth/openslo-kubernetes-apiserver.yml",
@@ -117,7 +120,7 @@ def test_exit_status_says_all_some_or_nothing(tmp_path: Path) -> None:
 @pytest.mark.prometheus
 def test_rules_of_an_imported_spec_pass_promtool(tmp_path: Path, promtool_path: str) -> None:
     spec = _imported(*sorted(DATA.glob("*/*.y*ml")))
-    assert len(spec.classes) == 5
+    assert len(spec.classes) == 6
     write_files({k: v for k, v in generate_all([spec]).items() if k.startswith("rules/")}, tmp_path, check=False)
     rules = tmp_path / "rules" / f"{spec.service}.rules.yaml"
     checked = check_rule_files([rules])
@@ -127,6 +130,23 @@ def test_rules_of_an_imported_spec_pass_promtool(tmp_path: Path, promtool_path: 
     # The rules read the published SLO's own series and selector.
     text = rules.read_text()
     assert 'caddy_http_response_duration_seconds_bucket{job="caddy",handler="subroute",code!~"5.."}' in text
+
+
+@pytest.mark.prometheus
+def test_imported_slos_reading_overlapping_series_pass_promtool(tmp_path: Path, promtool_path: str) -> None:
+    """Pyrra's resource-latency SLO (verb=~"LIST|GET", 100ms) also reads the series of its cluster-latency SLO
+    (the same verbs and scope="cluster", 5s): the generated tests' healthy scenario must be healthy for both."""
+    spec_path = tmp_path / "apiserver.yaml"
+    done = _cli("import", str(DATA / "pyrra/slo-apiserver-read-cluster-latency.yaml"),
+                str(DATA / "pyrra/slo-apiserver-read-resource-latency.yaml"), "-o", str(spec_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = _cli("generate", str(spec_path), "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    rules = tmp_path / "out" / "rules" / "monitoring.rules.yaml"
+    checked = check_rule_files([rules])
+    assert checked.ok, checked.output
+    tested = run_rule_tests([rules.with_name("monitoring.rules.test.yaml")])
+    assert tested.ok, tested.output[-4000:]
 
 
 # -- hand-written documents (not published files) for the other shapes ---------------------------------------
