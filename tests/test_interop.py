@@ -8,15 +8,18 @@ where each file comes from), not from the importer's output.
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slokit.generate import generate_all
 from slokit.generate.writer import write_files
 from slokit.interop.importing import read_files, render_spec
+from slokit.interop.selectors import parse_query
 from slokit.local.prometheus import check_rule_files, run_rule_tests
 from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
@@ -259,3 +262,41 @@ def test_import_of_the_openslo_export_gives_back_the_same_objectives(spec_path: 
         return out
 
     assert objectives(back) == objectives(original)
+
+
+WHOLE_SECONDS = """
+version: slokit/v1
+service: gateway
+window: 28d
+models:
+  - {name: llama-3-8b}
+classes:
+  - name: chat
+    slos:
+      e2e:
+        metric: {histogram: http_request_duration_seconds, model_label: upstream, selector: {job: gateway}}
+        objective: {percentile: 99, threshold: 5s}
+"""
+
+
+def test_openslo_export_matches_both_spellings_of_a_whole_bound_and_round_trips(tmp_path: Path) -> None:
+    """A 5 s bound is `le="5.0"` from Python clients and `le="5"` from Go clients (Prometheus 2 keeps the
+    exposition's text): the export uses the rules' matcher, and importing it keeps the threshold."""
+    spec_path = tmp_path / "gateway.yaml"
+    spec_path.write_text(WHOLE_SECONDS)
+    exported = tmp_path / "export.yaml"
+    done = _cli("export", "openslo", str(spec_path), "-o", str(exported))
+    assert done.returncode == 0, done.stderr
+    sli = next(d for d in yaml.safe_load_all(exported.read_text()) if d["kind"] == "SLI")
+    good = parse_query(sli["spec"]["ratioMetric"]["good"]["metricSource"]["spec"]["query"])
+    (bucket,) = good.selectors
+    assert bucket.name == "http_request_duration_seconds_bucket"
+    ((_, op, regex),) = bucket.on("le")
+    assert op == "=~" and all(re.fullmatch(regex, text) for text in ("5", "5.0"))
+    assert not re.fullmatch(regex, "5x0")  # the dot is escaped
+    back = _imported(exported)
+    objective = back.classes[0].slos[Sli.E2E].objective
+    assert objective is not None and math.isclose(objective.threshold, 5.0) and objective.percentile == 99.0
+    hist = back.histogram(back.classes[0], Sli.E2E)
+    assert (hist.name, hist.model_label, hist.matchers) == ("http_request_duration_seconds", "upstream",
+                                                            (("job", "=", "gateway"),))  # fmt: skip
