@@ -8,6 +8,7 @@ where each file comes from), not from the importer's output.
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -91,6 +92,8 @@ def test_published_latency_slos_convert_to_the_right_objectives(file: str, expec
         ("sloth/getting-started.yml", {"ratio SLI of error counters"}),
         ("sloth/k8s-getting-started.yml", {"ratio SLI of error counters"}),
         ("sloth/raw-home-wifi.yml", {"raw SLI"}),
+        # count(unifipoller_client_satisfaction_ratio < 0.75): a gauge compared with a number, not error counters.
+        ("sloth/home-wifi.yml", {"gauge-threshold SLI"}),
         ("openslo/occurences-slo.yaml", {"threshold (raw) metric SLI"}),
         ("openslo/ratio-timeslices.yaml", {"timeslice budgeting"}),
         ("openslo/timeslices-slo.yaml", {"timeslice budgeting", "calendar window"}),
@@ -116,6 +119,11 @@ def test_exit_status_says_all_some_or_nothing(tmp_path: Path) -> None:
     nothing = _cli("import", str(DATA / "openslo/ratio-timeslices.yaml"), str(DATA / "pyrra/prometheus-http.yaml"))
     assert nothing.returncode == 2
     assert "timeslice budgeting" in nothing.stderr and nothing.stdout == ""
+    wide = subprocess.run([sys.executable, "-m", "slokit.cli", "import", "--help"], capture_output=True, text=True,
+                          timeout=60, check=False, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    # Each paragraph of the help is one line on a wide terminal: no line break inside a sentence.
+    paragraphs = [line.strip() for line in wide.stdout.splitlines()[:20] if line.strip()]
+    assert all(p.endswith((".", ":", "/", "...")) for p in paragraphs[1:8]), paragraphs
     missing = _cli("import", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2 and "cannot be read" in missing.stderr and "Traceback" not in missing.stderr
 
@@ -233,6 +241,51 @@ def test_openslo_v1_list_with_indicator_ref_bad_query_and_milliseconds(tmp_path:
     assert objective is not None
     assert math.isclose(objective.threshold, 0.75) and objective.percentile == 97.5
     assert result.exit_code == 3
+
+
+PYRRA_GROUPING = """
+apiVersion: pyrra.dev/v1alpha1
+kind: ServiceLevelObjective
+metadata: {name: api-latency}
+spec:
+  target: "99"
+  window: 4w
+  indicator:
+    latency:
+      success: {metric: 'http_request_duration_seconds_bucket{job="api",le="0.5"}'}
+      total: {metric: 'http_request_duration_seconds_count{job="api"}'}
+      grouping: [route]
+---
+version: prometheus/v1
+service: api
+slos:
+  - name: sloth-latency
+    objective: 99.5
+    sli:
+      events:
+        error_query: >-
+          sum by (handler) (rate(http_request_duration_seconds_count{job="api"}[{{.window}}]))
+          - sum by (handler) (rate(http_request_duration_seconds_bucket{job="api",le="1"}[{{.window}}]))
+        total_query: sum by (handler) (rate(http_request_duration_seconds_count{job="api"}[{{.window}}]))
+"""
+
+
+def test_grouping_is_dropped_with_a_warning_and_a_comment(tmp_path: Path) -> None:
+    """Pyrra `grouping:` and PromQL `by (...)` are not kept: the objective is over all selected series (written
+    document, not a published file)."""
+    path = tmp_path / "grouped.yaml"
+    path.write_text(PYRRA_GROUPING)
+    result = read_files([path])
+    grouping = [n for n in result.notices if n.construct == "grouping"]
+    assert [(n.slo, n.skipped) for n in grouping] == [("api-latency", False), ("sloth-latency", False)]
+    assert "by (route) is not kept" in str(grouping[0]) and "by (handler) is not kept" in str(grouping[1])
+    assert result.exit_code == 0
+    text = render_spec(result)
+    assert "grouped by (route) there" in text and "grouped by (handler) there" in text
+    spec = load_spec_text(text)
+    assert [spec.histogram(rc, Sli.E2E).matchers for rc in spec.classes] == [(("job", "=", "api"),)] * 2
+    done = _cli("import", str(path))
+    assert done.returncode == 0 and "grouping: by (route) is not kept" in done.stderr
 
 
 # -- export -----------------------------------------------------------------------------------------------------
