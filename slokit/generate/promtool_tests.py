@@ -151,7 +151,8 @@ def _raw_labels(spec: Spec, model: str, rc: RequestClass | None, replica: str = 
     """Labels of one replica's raw series: the model's deployment scope, model, class, replica labels, engine."""
     metrics = spec.metrics
     labels = dict(spec.model(model).selector) if model in {m.name for m in spec.models} else {}
-    labels[metrics.model_label] = model
+    if metrics.model_label is not None:  # None (TGI): the series name no model
+        labels[metrics.model_label] = model
     if metrics.class_label is not None and rc is not None:
         labels[metrics.class_label] = rc.name
     labels.update(_replica(spec, replica))
@@ -507,6 +508,11 @@ def prom_rate(at: int, per_minute: float, window: int = 300) -> float:
     return result * (interval / sampled) / window
 
 
+def _optional(metric: str | None, matchers: Sequence[tuple[str, str, str]], values: str) -> list[dict[str, str]]:
+    """One input series of an engine signal, none when the source does not export it (TGI's KV cache)."""
+    return [] if metric is None else [{"series": selector(metric, matchers), "values": values}]
+
+
 def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Every model's engine at once: full and preempting, healthy, idle."""
     metrics = spec.metrics
@@ -529,9 +535,8 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
             out += [
                 {"series": selector(metrics.requests_waiting, m), "values": f"{5 if full else 0}x{minutes}"},
                 {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
-                {"series": selector(metrics.kv_cache_usage, m),
-                 "values": f"{number(0.99 if full else 0.5 if busy else 0)}x{minutes}"},
-                {"series": selector(metrics.preemptions, m), "values": _series_values(60 if full else 0, minutes)},
+                *_optional(metrics.kv_cache_usage, m, f"{number(0.99 if full else 0.5 if busy else 0)}x{minutes}"),
+                *_optional(metrics.preemptions, m, _series_values(60 if full else 0, minutes)),
                 {"series": selector(metrics.generation_tokens, m),
                  "values": _series_values(600 if busy else 0, minutes)},
             ]  # fmt: skip
@@ -562,7 +567,8 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
         return prom_rate(at, 60), labels
 
     return [
-        {"name": "engines full and queueing, KV cache at 99%, preempting 1/s", "interval": "1m",
+        {"name": "engines full and queueing" + (", KV cache at 99%, preempting 1/s" if metrics.kv_cache_usage else ""),
+         "interval": "1m",
          "input_series": inputs(True, True), "alert_rule_test": _checks(rules, rules, value, timed=True)},
         {"name": "engines healthy: half full, nothing waiting", "interval": "1m",
          "input_series": inputs(False, True), "alert_rule_test": _silent(rules, end)},
@@ -1123,10 +1129,8 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
         inputs += [
             {"series": selector(metrics.requests_waiting, m), "values": f"1x{over - 1} 5x{under}"},
             {"series": selector(metrics.requests_running, m), "values": f"{full}x{over - 1} {full - 1}x{under}"},
-            {"series": selector(metrics.kv_cache_usage, m),
-             "values": f"{number(kv_over)}x{over - 1} {number(kv_under)}x{under}"},
-            {"series": selector(metrics.preemptions, m), "values": _piecewise([6.0 * min(i, over)
-                                                                               for i in range(minutes + 1)])},
+            *_optional(metrics.kv_cache_usage, m, f"{number(kv_over)}x{over - 1} {number(kv_under)}x{under}"),
+            *_optional(metrics.preemptions, m, _piecewise([6.0 * min(i, over) for i in range(minutes + 1)])),
             {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
         ]  # fmt: skip
     step = _STEP.get()
@@ -1171,8 +1175,8 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         inputs += [
             {"series": selector(metrics.requests_waiting, m), "values": f"5x{minutes}"},
             {"series": selector(metrics.requests_running, m), "values": f"{model.max_num_seqs}x{minutes}"},
-            {"series": selector(metrics.kv_cache_usage, m), "values": f"0.99x{minutes}"},
-            {"series": selector(metrics.preemptions, m), "values": _series_values(60, minutes)},
+            *_optional(metrics.kv_cache_usage, m, f"0.99x{minutes}"),
+            *_optional(metrics.preemptions, m, _series_values(60, minutes)),
             {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
         ]
     tests = [{"expr": _alert_count(r), "eval_time": _dur(at), "exp_samples": [{"labels": "{}", "value": 1}]}

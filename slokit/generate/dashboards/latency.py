@@ -285,7 +285,7 @@ def build(spec: Spec) -> tuple[dict[str, Any], dict[tuple[str, ...], PanelRef]]:
                 9,
                 key=("heatmap", sli.value) if index == 0 else ("heatmap", sli.value, str(index)),
             )
-    if m.prompt_tokens_histogram is not None:
+    if m.prompt_tokens_histogram is not None and Sli.TTFT in m.latency:  # TGI has no TTFT histogram
         board.row("TTFT against prompt length")
         ttft = m.latency[Sli.TTFT]
         group = ", ".join(label for label in q.by_labels if label != m.engine_label)
@@ -338,7 +338,7 @@ def _failed_requests_row(spec: Spec, board: Board, q: RawVars) -> None:
     sides = [(side, metric) for side, metric in (("frontend", m.frontend_failed), ("engine", m.failed)) if metric]
     if not sides:
         return
-    group = [q.model, *([m.class_label] if m.class_label else []), schema.FAIL_REASON_LABEL]
+    group = [*([q.model] if q.model else []), *([m.class_label] if m.class_label else []), schema.FAIL_REASON_LABEL]
     queries = [
         (f"sum by ({', '.join(group)}) ({rate(metric, q.raw(with_engine=False))})", f"{side} " + legend_format(*group))
         for side, metric in sides

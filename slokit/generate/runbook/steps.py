@@ -103,7 +103,7 @@ def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str
         Query("Requests running per engine", debug_steps.running(ctx.spec, engines, ctx.by(engine))),
         Query(
             "Queue time p99 (arrival to first scheduling)",
-            debug_steps.queue_time_p99(ctx.spec, ctx.series(model, rc), m.model_label),
+            debug_steps.queue_time_p99(ctx.spec, ctx.series(model, rc), m.model_label or ""),
         ),
         Query(
             f"Scale-out signal (share of TTFTs over {ctx.spec.alerting.scale_out.fraction_of_slo:g}x the TTFT "
@@ -134,7 +134,11 @@ def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str
         "can run. Scale out (add replicas; the generated HPA/KEDA objects in exporters/ act on the scale-out "
         "signal), or shed batch traffic to another pool.",
         "Waiting grows while running is below the maximum: the scheduler cannot admit more because the KV "
-        "cache is full; go to step 3.",
+        + (
+            "cache is full; go to step 3."
+            if ctx.m.kv_cache_usage is not None
+            else "cache (or the batch token budget) is full; this source exports no KV-cache usage to check."
+        ),
         "Neither: the queue is not the cause; go on to step 2.",
     )
     return _step(ctx, debug_steps.QUEUE, queries, healthy, fix, ctx.variables(model, rc))
@@ -251,8 +255,12 @@ def kv_step(ctx: Context, model: str | None) -> Step:
     engine = m.engine_label
     engines, by = ctx.series(model), ctx.by(engine)
     queries = [
-        Query("KV-cache usage per engine (0..1)", debug_steps.kv_cache_usage(ctx.spec, engines, by)),
-        Query("Preemptions per second", debug_steps.preemptions(ctx.spec, engines, by)),
+        Query(title, expr)
+        for title, expr in (
+            ("KV-cache usage per engine (0..1)", debug_steps.kv_cache_usage(ctx.spec, engines, by)),
+            ("Preemptions per second", debug_steps.preemptions(ctx.spec, engines, by)),
+        )
+        if expr is not None
     ]
     hit_rate = debug_steps.prefix_cache_hit_rate(ctx.spec, engines, by)
     if hit_rate is not None:

@@ -13,6 +13,7 @@ from slokit.units import format_duration
 def tuning(ctx: Context) -> tuple[Tuning, ...]:
     m = ctx.m
     engine = m.engine_label
+    le_by = ", ".join(["le", *([m.model_label] if m.model_label else [])])  # per model (TGI: its one model)
     out: list[Tuning] = []
     batch_advice: list[str] = []
     batch_queries: list[Query] = []
@@ -32,13 +33,14 @@ def tuning(ctx: Context) -> tuple[Tuning, ...]:
                     x.name,
                 )
             )
-        batch_queries.append(
-            Query(
-                f"{x.name}: p99 ITL per engine",
-                f"histogram_quantile(0.99, sum by (le, {ctx.by(engine)}) (rate({m.latency[Sli.ITL]}_bucket"
-                f"{{{ctx.raw(x.name)}}}[{RATE_WINDOW}])))",
+        if Sli.ITL in m.latency:  # TGI has no inter-token histogram
+            batch_queries.append(
+                Query(
+                    f"{x.name}: p99 ITL per engine",
+                    f"histogram_quantile(0.99, sum by (le, {ctx.by(engine)}) (rate({m.latency[Sli.ITL]}_bucket"
+                    f"{{{ctx.raw(x.name)}}}[{RATE_WINDOW}])))",
+                )
             )
-        )
         batch_queries.append(
             Query(
                 f"{x.name}: the most requests running per engine over the last hour",
@@ -61,13 +63,14 @@ def tuning(ctx: Context) -> tuple[Tuning, ...]:
                 f"sum by ({m.model_label}) (rate({m.prefix_cache_queries}{{{ctx.raw(None)}}}[{RATE_WINDOW}]))",
             )
         )
-    prefix_queries.append(
-        Query(
-            "TTFT p50 per model (should fall as the hit rate rises)",
-            f"histogram_quantile(0.5, sum by (le, {m.model_label}) "
-            f"(rate({m.latency[Sli.TTFT]}_bucket{{{ctx.raw(None)}}}[{RATE_WINDOW}])))",
+    if Sli.TTFT in m.latency:  # TGI has no TTFT histogram
+        prefix_queries.append(
+            Query(
+                "TTFT p50 per model (should fall as the hit rate rises)",
+                f"histogram_quantile(0.5, sum by ({le_by}) "
+                f"(rate({m.latency[Sli.TTFT]}_bucket{{{ctx.raw(None)}}}[{RATE_WINDOW}])))",
+            )
         )
-    )
     out.append(
         Tuning(
             "Prefix caching for shared prompts",
@@ -79,29 +82,18 @@ def tuning(ctx: Context) -> tuple[Tuning, ...]:
             tuple(prefix_queries),
         )
     )
-    out.append(
-        Tuning(
-            "KV block size",
-            (
-                "--block-size (16 tokens by default on GPUs) trades fragmentation against prefix-cache "
-                "granularity: smaller blocks waste less memory per sequence and match shorter shared prefixes; "
-                "larger blocks cut block-table overhead for long contexts.",
-                "It worked when KV-cache usage at the same number of running requests falls, and preemptions "
-                "stay at 0.",
-            ),
-            (
-                Query(
-                    "KV-cache usage per running request",
-                    f"max by ({ctx.by(engine)}) ({m.kv_cache_usage}{{{ctx.raw(None)}}}) / clamp_min(max by "
-                    f"({ctx.by(engine)}) ({m.requests_running}{{{ctx.raw(None)}}}), 1)",
-                ),
-                Query(
-                    "Preemptions per second",
-                    f"sum by ({ctx.by(engine)}) (rate({m.preemptions}{{{ctx.raw(None)}}}[{RATE_WINDOW}]))",
-                ),
-            ),
+    if m.kv_cache_usage is not None and m.preemptions is not None:  # TGI exports neither
+        out.append(_kv_block_size(ctx))
+    fp8_queries = [
+        Query(
+            "Decode tokens/s per engine",
+            f"sum by ({ctx.by(engine)}) (rate({m.generation_tokens}{{{ctx.raw(None)}}}[{RATE_WINDOW}]))",
         )
-    )
+    ]
+    if m.kv_cache_usage is not None:
+        fp8_queries.append(
+            Query("KV-cache usage per engine", f"max by ({ctx.by(engine)}) ({m.kv_cache_usage}{{{ctx.raw(None)}}})")
+        )
     fp8 = [
         f"{x.name}: with an FP8 KV cache the planner's largest batch within the ITL objective is "
         f"{ctx.model_facts(x).fp8_kv_max_batch} sequences (now {ctx.model_facts(x).max_batch})."
@@ -119,20 +111,11 @@ def tuning(ctx: Context) -> tuple[Tuning, ...]:
                 "It worked when decode tokens/s per engine rises (or KV usage falls) with p99 ITL still within "
                 "the target.",
             ),
-            (
-                Query(
-                    "Decode tokens/s per engine",
-                    f"sum by ({ctx.by(engine)}) (rate({m.generation_tokens}{{{ctx.raw(None)}}}[{RATE_WINDOW}]))",
-                ),
-                Query(
-                    "KV-cache usage per engine",
-                    f"max by ({ctx.by(engine)}) ({m.kv_cache_usage}{{{ctx.raw(None)}}})",
-                ),
-            ),
+            tuple(fp8_queries),
         )
     )
     vllm_model = schema.VLLM_METRICS.model_label
-    per_token = m.latency.get(Sli.TPOT, m.latency[Sli.ITL])  # SGLang has no TPOT histogram
+    per_token = m.latency.get(Sli.TPOT) or m.latency[Sli.ITL]  # SGLang has no TPOT histogram
     out.append(
         Tuning(
             "Speculative decoding",
@@ -152,10 +135,35 @@ def tuning(ctx: Context) -> tuple[Tuning, ...]:
                 ),
                 Query(
                     f"{'TPOT' if Sli.TPOT in m.latency else 'ITL'} p99 per model",
-                    f"histogram_quantile(0.99, sum by (le, {m.model_label}) "
+                    f"histogram_quantile(0.99, sum by ({le_by}) "
                     f"(rate({per_token}_bucket{{{ctx.raw(None)}}}[{RATE_WINDOW}])))",
                 ),
             ),
         )
     )
     return tuple(out)
+
+
+def _kv_block_size(ctx: Context) -> Tuning:
+    """--block-size: KV-cache usage per running request and preemptions (sources with both signals)."""
+    m, by = ctx.m, ctx.by(ctx.m.engine_label)
+    return Tuning(
+        "KV block size",
+        (
+            "--block-size (16 tokens by default on GPUs) trades fragmentation against prefix-cache "
+            "granularity: smaller blocks waste less memory per sequence and match shorter shared prefixes; "
+            "larger blocks cut block-table overhead for long contexts.",
+            "It worked when KV-cache usage at the same number of running requests falls, and preemptions stay at 0.",
+        ),
+        (
+            Query(
+                "KV-cache usage per running request",
+                f"max by ({by}) ({m.kv_cache_usage}{{{ctx.raw(None)}}}) / clamp_min(max by "
+                f"({by}) ({m.requests_running}{{{ctx.raw(None)}}}), 1)",
+            ),
+            Query(
+                "Preemptions per second",
+                f"sum by ({by}) (rate({m.preemptions}{{{ctx.raw(None)}}}[{RATE_WINDOW}]))",
+            ),
+        ),
+    )
