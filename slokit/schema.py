@@ -32,6 +32,7 @@ class Source(StrEnum):
     VLLM = "vllm"
     SLOKIT = "slokit"
     SGLANG = "sglang"
+    TGI = "tgi"
 
 
 class Sli(StrEnum):
@@ -188,15 +189,17 @@ class SourceMetrics:
     """The names one source exposes. Histogram names are base names (add `_bucket`, `_count`, `_sum`)."""
 
     source: Source
-    model_label: str
+    # None: the series carry no model label (TGI: one model per server, so a spec with that source has one model,
+    # which the rules write onto every recorded series).
+    model_label: str | None
     engine_label: str
     class_label: str | None  # None: the source cannot tell request classes apart
     latency: MappingProxyType[Sli, str]
     queue_time: str
     requests_running: str
     requests_waiting: str
-    kv_cache_usage: str  # 0..1
-    preemptions: str  # counter
+    kv_cache_usage: str | None  # 0..1; None: the source has no KV-cache gauge (TGI), so no KV-cache alert
+    preemptions: str | None  # counter; None: the source exports none (TGI)
     prompt_tokens: str  # counter
     generation_tokens: str  # counter
     requests_finished: str  # counter, label `finish_reason_label`
@@ -327,10 +330,9 @@ def _tgi_duration_buckets() -> tuple[float, ...]:
     return tuple(out)
 
 
-# Hugging Face text-generation-inference (TGI) router metrics (router/src/server.rs). TGI is not a `source:` preset:
-# its /metrics has no model label (one model per server), no TTFT histogram and no KV-cache usage gauge. Its
-# histograms are named per SLO (`metric: {histogram: tgi_request_duration}`); every `*_duration` histogram has the
-# same buckets, which slokit then knows for the alignment check.
+# Hugging Face text-generation-inference (TGI) router metrics (router/src/server.rs): `source: tgi` reads them (see
+# TGI_METRICS), and any SLO may name them (`metric: {histogram: tgi_request_duration}`); every `*_duration`
+# histogram has the same buckets, which slokit then knows for the alignment check.
 TGI_DURATION_BUCKETS: Final = _tgi_duration_buckets()
 TGI_HISTOGRAMS: Final = MappingProxyType(
     {
@@ -339,6 +341,30 @@ TGI_HISTOGRAMS: Final = MappingProxyType(
     }
 )
 TGI_QUEUE_HISTOGRAM: Final = "tgi_request_queue_duration"
+
+# `source: tgi`: TGI's router /metrics (router/src/server.rs, backends/v3/src/{queue,backend}.rs and
+# docs/source/reference/metrics.md; v3.3.7). No model label (one model per server), no engine index (replicas are
+# told apart by the scrape target), no TTFT or inter-token histogram, no KV-cache gauge and no preemption counter.
+# Token counts come from the `_sum` of TGI's per-request token histograms, which only grow.
+TGI_METRICS: Final = SourceMetrics(
+    source=Source.TGI,
+    model_label=None,
+    engine_label="instance",
+    class_label=None,
+    latency=TGI_HISTOGRAMS,
+    queue_time=TGI_QUEUE_HISTOGRAM,
+    requests_running="tgi_batch_current_size",
+    requests_waiting="tgi_queue_size",
+    kv_cache_usage=None,
+    preemptions=None,
+    prompt_tokens="tgi_request_input_length_sum",
+    generation_tokens="tgi_request_generated_tokens_sum",
+    requests_finished="tgi_request_success",
+    finish_reason_label="",  # TGI's success counter carries no finish reason
+    prefix_cache_queries=None,
+    prefix_cache_hits=None,
+    prompt_tokens_histogram="tgi_request_input_length",
+)
 
 
 @dataclass(frozen=True)
@@ -441,6 +467,8 @@ def metrics_for(source: Source) -> SourceMetrics:
     """The metric table for a source."""
     if source is Source.SGLANG:
         return SGLANG_METRICS
+    if source is Source.TGI:
+        return TGI_METRICS
     return VLLM_METRICS if source is Source.VLLM else SLOKIT_METRICS
 
 

@@ -1,4 +1,5 @@
-"""Engine presets (SGLang) and histograms a spec names itself: validation, and alerts firing on hand-written series.
+"""Engine presets (SGLang, TGI) and histograms a spec names itself: validation, and alerts firing on hand-written
+series.
 
 The promtool inputs here are written by hand in each engine's own names and label spellings (SGLang's
 prometheus_client writes `le="1.0"`; a millisecond gateway histogram `le="500"`), not derived from the generator,
@@ -21,6 +22,7 @@ from slokit.spec import SpecError, load_spec, load_spec_text
 DATA = Path(__file__).resolve().parent / "data" / "engines"
 SGLANG = DATA / "sglang.yaml"
 CUSTOM = DATA / "custom-histogram.yaml"
+TGI_SOURCE = DATA / "tgi-source.yaml"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
@@ -76,7 +78,7 @@ def _sglang_ttft(per_minute_by_le: dict[str, float]) -> list[dict[str, str]]:
 
 
 @pytest.mark.prometheus
-@pytest.mark.parametrize("spec_path", [SGLANG, CUSTOM], ids=["sglang", "custom-histogram"])
+@pytest.mark.parametrize("spec_path", [SGLANG, CUSTOM, TGI_SOURCE], ids=["sglang", "custom-histogram", "tgi"])
 def test_generated_rules_and_their_promtool_tests_pass(spec_path: Path, tmp_path: Path, promtool_path: str) -> None:
     rules, tests = _rules(spec_path, tmp_path)
     checked = check_rule_files([rules])
@@ -224,4 +226,65 @@ def test_tgi_histograms_without_model_label_page_on_slow_requests(tmp_path: Path
 def test_tgi_threshold_off_its_buckets_names_the_nearest_and_source_tgi_explains() -> None:
     slos = "      e2e: {metric: {histogram: tgi_request_duration}, objective: {percentile: 95, threshold: 1s}}"
     assert "nearest are 748.183ms and 1.12227s" in _errors("slokit", slos)
-    assert "name TGI's histograms per SLO" in _errors("tgi", "      e2e: {objective: {percentile: 95, threshold: 1s}}")
+    off = _errors("tgi", "      e2e: {objective: {percentile: 95, threshold: 1s}}")
+    assert "TGI's tgi_request_duration buckets" in off and "nearest are 748.183ms and 1.12227s" in off
+
+
+@pytest.mark.parametrize("sli", ["ttft", "itl"])
+def test_tgi_source_refuses_the_slis_tgi_does_not_export_and_names_the_way_out(sli: str) -> None:
+    text = _errors("tgi", f"      {sli}: {{objective: {{percentile: 95, threshold: 1.12227s}}}}")
+    assert f"classes[0].slos.{sli}" in text and "TGI exports no" in text
+    assert "tgi_request_duration for e2e" in text and "a gateway in front of TGI" in text and "metric:" in text
+
+
+def test_tgi_source_covers_one_model_and_has_no_kv_cache_alert_setting() -> None:
+    two = _errors("tgi", "      e2e: {objective: {percentile: 95, threshold: 1.12227s}}")
+    assert "models: source: tgi covers one model" in two and "2 are listed" in two
+    text = TGI_SOURCE.read_text() + "alerting: {kv_cache_usage_max: 0.9}\n"
+    with pytest.raises(SpecError, match=r"alerting.kv_cache_usage_max: TGI exports no KV-cache usage gauge"):
+        load_spec_text(text, "tgi.yaml")
+
+
+def _tgi(per_minute_by_le: dict[str, float], metric: str = "tgi_request_duration") -> list[dict[str, str]]:
+    """Cumulative TGI histogram series as its router writes them: no model label, Rust's float spellings."""
+    out = [
+        {"series": f'{metric}_bucket{{instance="tgi-0:80",le="{le}"}}', "values": f"0+{rate}x40"}
+        for le, rate in per_minute_by_le.items()
+    ]
+    out.append({"series": f'{metric}_count{{instance="tgi-0:80"}}', "values": f"0+{per_minute_by_le['+Inf']}x40"})
+    return out
+
+
+@pytest.mark.prometheus
+def test_tgi_source_alerts_fire_on_tgi_series_and_skip_kv_cache(tmp_path: Path, promtool_path: str) -> None:
+    """source: tgi pages on slow tgi_request_duration and tgi_request_mean_time_per_token_duration series without
+    a model label, raises the queue alert from tgi_queue_size and tgi_batch_current_size, and has no KV-cache or
+    preemption alert (TGI exports neither)."""
+    rules, _ = _rules(TGI_SOURCE, tmp_path)
+    text = rules.read_text()
+    assert "SlokitKVCacheNearFull" not in text and "SlokitEnginePreempting" not in text
+    assert "kv_cache" not in text and "model_name" not in text
+    labels = {"model": "mistral-7b", "class": "batch"}
+    e2e_page = _firing("SlokitErrorBudgetBurn", slo="e2e", long=FAST_PAGE_LONG, severity="critical", **labels)
+    tpot_page = _firing("SlokitErrorBudgetBurn", slo="tpot", long="1h", severity="critical", **labels)
+    fast = {"0.7481827642679213": 0, "1.122274146401882": 30, "1.683411219602823": 30, "+Inf": 30}
+    slow = {"0.7481827642679213": 0, "1.122274146401882": 0, "1.683411219602823": 30, "+Inf": 30}
+    result = _run(rules, tmp_path, _tgi(slow), [(e2e_page, 1)], "20m")
+    assert result.ok, result.output[-3000:]
+    result = _run(rules, tmp_path, _tgi(fast), [(e2e_page, 0)], "20m")
+    assert result.ok, result.output[-3000:]
+    # TPOT: every request between 43.79 ms (the threshold) and 65.68 ms.
+    tpot = {"0.043789389038085935": 0, "0.0656840835571289": 30, "+Inf": 30}
+    result = _run(rules, tmp_path, _tgi(tpot, "tgi_request_mean_time_per_token_duration"), [(tpot_page, 1)], "40m")
+    assert result.ok, result.output[-3000:]
+    # The engine full (64 running, the spec's max_num_seqs) with requests queued: the queue alert, per instance.
+    queue = _firing("SlokitEngineQueueFull", model="mistral-7b", instance="tgi-0:80")
+    gauges = [
+        {"series": 'tgi_queue_size{instance="tgi-0:80"}', "values": "5x40"},
+        {"series": 'tgi_batch_current_size{instance="tgi-0:80"}', "values": "64x40"},
+    ]
+    result = _run(rules, tmp_path, gauges, [(queue, 1)], "30m")
+    assert result.ok, result.output[-3000:]
+    gauges[1]["values"] = "32x40"
+    result = _run(rules, tmp_path, gauges, [(queue, 0)], "30m")
+    assert result.ok, result.output[-3000:]

@@ -8,15 +8,19 @@ where each file comes from), not from the importer's output.
 from __future__ import annotations
 
 import math
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slokit.generate import generate_all
 from slokit.generate.writer import write_files
 from slokit.interop.importing import read_files, render_spec
+from slokit.interop.selectors import parse_query
 from slokit.local.prometheus import check_rule_files, run_rule_tests
 from slokit.schema import Sli
 from slokit.spec import Spec, load_spec, load_spec_text
@@ -58,6 +62,9 @@ def _objectives(spec: Spec) -> list[tuple[float, float, float, str, frozenset[tu
            {("job", "=", "caddy"), ("handler", "=", "subroute"), ("code", "!~", "5..")})]),
         ("pyrra/slo-apiserver-read-resource-latency.yaml",
          [(99.0, 14 * DAY, 0.1, "apiserver_request_sli_duration_seconds", {("verb", "=~", "LIST|GET")})]),
+        ("pyrra/slo-apiserver-read-cluster-latency.yaml",
+         [(99.0, 14 * DAY, 5.0, "apiserver_request_sli_duration_seconds",
+           {("component", "=", "apiserver"), ("scope", "=~", "cluster|"), ("verb", "=~", "LIST|GET")})]),
         ("sloth/kubernetes-apiserver.yml",
          [(99.0, 30 * DAY, 0.4, "apiserver_request_duration_seconds", {("verb", "!=", "WATCH")})]),
         ("sloth/openslo-kubernetes-apiserver.yml",
@@ -85,6 +92,8 @@ def test_published_latency_slos_convert_to_the_right_objectives(file: str, expec
         ("sloth/getting-started.yml", {"ratio SLI of error counters"}),
         ("sloth/k8s-getting-started.yml", {"ratio SLI of error counters"}),
         ("sloth/raw-home-wifi.yml", {"raw SLI"}),
+        # count(unifipoller_client_satisfaction_ratio < 0.75): a gauge compared with a number, not error counters.
+        ("sloth/home-wifi.yml", {"gauge-threshold SLI"}),
         ("openslo/occurences-slo.yaml", {"threshold (raw) metric SLI"}),
         ("openslo/ratio-timeslices.yaml", {"timeslice budgeting"}),
         ("openslo/timeslices-slo.yaml", {"timeslice budgeting", "calendar window"}),
@@ -110,6 +119,11 @@ def test_exit_status_says_all_some_or_nothing(tmp_path: Path) -> None:
     nothing = _cli("import", str(DATA / "openslo/ratio-timeslices.yaml"), str(DATA / "pyrra/prometheus-http.yaml"))
     assert nothing.returncode == 2
     assert "timeslice budgeting" in nothing.stderr and nothing.stdout == ""
+    wide = subprocess.run([sys.executable, "-m", "slokit.cli", "import", "--help"], capture_output=True, text=True,
+                          timeout=60, check=False, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    # Each paragraph of the help is one line on a wide terminal: no line break inside a sentence.
+    paragraphs = [line.strip() for line in wide.stdout.splitlines()[:20] if line.strip()]
+    assert all(p.endswith((".", ":", "/", "...")) for p in paragraphs[1:8]), paragraphs
     missing = _cli("import", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2 and "cannot be read" in missing.stderr and "Traceback" not in missing.stderr
 
@@ -117,7 +131,7 @@ def test_exit_status_says_all_some_or_nothing(tmp_path: Path) -> None:
 @pytest.mark.prometheus
 def test_rules_of_an_imported_spec_pass_promtool(tmp_path: Path, promtool_path: str) -> None:
     spec = _imported(*sorted(DATA.glob("*/*.y*ml")))
-    assert len(spec.classes) == 5
+    assert len(spec.classes) == 6
     write_files({k: v for k, v in generate_all([spec]).items() if k.startswith("rules/")}, tmp_path, check=False)
     rules = tmp_path / "rules" / f"{spec.service}.rules.yaml"
     checked = check_rule_files([rules])
@@ -127,6 +141,23 @@ def test_rules_of_an_imported_spec_pass_promtool(tmp_path: Path, promtool_path: 
     # The rules read the published SLO's own series and selector.
     text = rules.read_text()
     assert 'caddy_http_response_duration_seconds_bucket{job="caddy",handler="subroute",code!~"5.."}' in text
+
+
+@pytest.mark.prometheus
+def test_imported_slos_reading_overlapping_series_pass_promtool(tmp_path: Path, promtool_path: str) -> None:
+    """Pyrra's resource-latency SLO (verb=~"LIST|GET", 100ms) also reads the series of its cluster-latency SLO
+    (the same verbs and scope="cluster", 5s): the generated tests' healthy scenario must be healthy for both."""
+    spec_path = tmp_path / "apiserver.yaml"
+    done = _cli("import", str(DATA / "pyrra/slo-apiserver-read-cluster-latency.yaml"),
+                str(DATA / "pyrra/slo-apiserver-read-resource-latency.yaml"), "-o", str(spec_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = _cli("generate", str(spec_path), "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    rules = tmp_path / "out" / "rules" / "monitoring.rules.yaml"
+    checked = check_rule_files([rules])
+    assert checked.ok, checked.output
+    tested = run_rule_tests([rules.with_name("monitoring.rules.test.yaml")])
+    assert tested.ok, tested.output[-4000:]
 
 
 # -- hand-written documents (not published files) for the other shapes ---------------------------------------
@@ -212,6 +243,51 @@ def test_openslo_v1_list_with_indicator_ref_bad_query_and_milliseconds(tmp_path:
     assert result.exit_code == 3
 
 
+PYRRA_GROUPING = """
+apiVersion: pyrra.dev/v1alpha1
+kind: ServiceLevelObjective
+metadata: {name: api-latency}
+spec:
+  target: "99"
+  window: 4w
+  indicator:
+    latency:
+      success: {metric: 'http_request_duration_seconds_bucket{job="api",le="0.5"}'}
+      total: {metric: 'http_request_duration_seconds_count{job="api"}'}
+      grouping: [route]
+---
+version: prometheus/v1
+service: api
+slos:
+  - name: sloth-latency
+    objective: 99.5
+    sli:
+      events:
+        error_query: >-
+          sum by (handler) (rate(http_request_duration_seconds_count{job="api"}[{{.window}}]))
+          - sum by (handler) (rate(http_request_duration_seconds_bucket{job="api",le="1"}[{{.window}}]))
+        total_query: sum by (handler) (rate(http_request_duration_seconds_count{job="api"}[{{.window}}]))
+"""
+
+
+def test_grouping_is_dropped_with_a_warning_and_a_comment(tmp_path: Path) -> None:
+    """Pyrra `grouping:` and PromQL `by (...)` are not kept: the objective is over all selected series (written
+    document, not a published file)."""
+    path = tmp_path / "grouped.yaml"
+    path.write_text(PYRRA_GROUPING)
+    result = read_files([path])
+    grouping = [n for n in result.notices if n.construct == "grouping"]
+    assert [(n.slo, n.skipped) for n in grouping] == [("api-latency", False), ("sloth-latency", False)]
+    assert "by (route) is not kept" in str(grouping[0]) and "by (handler) is not kept" in str(grouping[1])
+    assert result.exit_code == 0
+    text = render_spec(result)
+    assert "grouped by (route) there" in text and "grouped by (handler) there" in text
+    spec = load_spec_text(text)
+    assert [spec.histogram(rc, Sli.E2E).matchers for rc in spec.classes] == [(("job", "=", "api"),)] * 2
+    done = _cli("import", str(path))
+    assert done.returncode == 0 and "grouping: by (route) is not kept" in done.stderr
+
+
 # -- export -----------------------------------------------------------------------------------------------------
 ROUND_TRIP = [*sorted((ROOT / "examples").glob("*.yaml")), *sorted((DATA.parent / "engines").glob("*.yaml"))]
 
@@ -239,3 +315,41 @@ def test_import_of_the_openslo_export_gives_back_the_same_objectives(spec_path: 
         return out
 
     assert objectives(back) == objectives(original)
+
+
+WHOLE_SECONDS = """
+version: slokit/v1
+service: gateway
+window: 28d
+models:
+  - {name: llama-3-8b}
+classes:
+  - name: chat
+    slos:
+      e2e:
+        metric: {histogram: http_request_duration_seconds, model_label: upstream, selector: {job: gateway}}
+        objective: {percentile: 99, threshold: 5s}
+"""
+
+
+def test_openslo_export_matches_both_spellings_of_a_whole_bound_and_round_trips(tmp_path: Path) -> None:
+    """A 5 s bound is `le="5.0"` from Python clients and `le="5"` from Go clients (Prometheus 2 keeps the
+    exposition's text): the export uses the rules' matcher, and importing it keeps the threshold."""
+    spec_path = tmp_path / "gateway.yaml"
+    spec_path.write_text(WHOLE_SECONDS)
+    exported = tmp_path / "export.yaml"
+    done = _cli("export", "openslo", str(spec_path), "-o", str(exported))
+    assert done.returncode == 0, done.stderr
+    sli = next(d for d in yaml.safe_load_all(exported.read_text()) if d["kind"] == "SLI")
+    good = parse_query(sli["spec"]["ratioMetric"]["good"]["metricSource"]["spec"]["query"])
+    (bucket,) = good.selectors
+    assert bucket.name == "http_request_duration_seconds_bucket"
+    ((_, op, regex),) = bucket.on("le")
+    assert op == "=~" and all(re.fullmatch(regex, text) for text in ("5", "5.0"))
+    assert not re.fullmatch(regex, "5x0")  # the dot is escaped
+    back = _imported(exported)
+    objective = back.classes[0].slos[Sli.E2E].objective
+    assert objective is not None and math.isclose(objective.threshold, 5.0) and objective.percentile == 99.0
+    hist = back.histogram(back.classes[0], Sli.E2E)
+    assert (hist.name, hist.model_label, hist.matchers) == ("http_request_duration_seconds", "upstream",
+                                                            (("job", "=", "gateway"),))  # fmt: skip

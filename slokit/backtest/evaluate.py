@@ -233,8 +233,9 @@ def source_metric_names(spec: Spec) -> list[str]:
         for sli in rc.slos:
             base = spec.histogram(rc, sli).name
             names.update((base + "_bucket", base + "_count", base + "_sum"))
-    names.update((m.requests_finished, m.requests_running, m.requests_waiting, m.kv_cache_usage, m.preemptions,
-                  m.generation_tokens, m.prompt_tokens))  # fmt: skip
+    engine = (m.requests_finished, m.requests_running, m.requests_waiting, m.kv_cache_usage, m.preemptions,
+              m.generation_tokens, m.prompt_tokens)  # fmt: skip
+    names.update(name for name in engine if name is not None)  # TGI has no KV-cache gauge or preemptions
     return sorted(names)
 
 
@@ -292,7 +293,9 @@ def load_remote(url: str, start: float, end: float, spec: Spec, server: LocalPro
         while t < end:
             upto = min(end, t + 3600)
             # A range selector returns the samples as stored (no resampling); (t, upto] per hour.
-            expr = f"{selector(name, [one_of(spec.metrics.model_label, models)])}[{int(upto - t)}s]"
+            label = spec.metrics.model_label  # None (TGI): one model, every series is its
+            scope = [one_of(label, models)] if label else []
+            expr = f"{selector(name, scope)}[{int(upto - t)}s]"
             try:
                 answer = remote_query(url, expr, upto)
             except PrometheusError as exc:

@@ -234,16 +234,22 @@ def simulate(
             waiting = np.where(effects.outage, 4 * model.max_num_seqs, waiting)
             kv = np.clip(0.9 * running / model.max_num_seqs + rng.normal(0, 0.01, n), 0, 1)
             base = _base_labels(spec, model.name, replica)
-            for name, values in ((metrics.requests_running, running), (metrics.requests_waiting, waiting),
-                                 (metrics.kv_cache_usage, kv)):  # fmt: skip
+            for gauge, values in ((metrics.requests_running, running), (metrics.requests_waiting, waiting),
+                                  (metrics.kv_cache_usage, kv)):  # fmt: skip
+                if gauge is None:  # a signal the source does not export (TGI's KV cache)
+                    continue
+                name = gauge
                 family(name, "gauge").samples.append((name, _Series(base, np.where(present, values, np.nan))))
             preempt = rng.poisson(np.where(over > 0, 30.0, 0.0)).astype(np.float64)
-            for name, per_min in (
+            for counter, per_min in (
                 (metrics.requests_finished, requests_per_min),
                 (metrics.preemptions, preempt),
                 (metrics.prompt_tokens, requests_per_min * PROMPT_TOKENS),
                 (metrics.generation_tokens, requests_per_min * OUTPUT_TOKENS),
             ):
+                if counter is None:
+                    continue
+                name = counter
                 labels = dict(base)
                 if name == metrics.requests_finished:
                     if metrics.class_label is not None:
@@ -264,14 +270,15 @@ def _base_labels(spec: Spec, model: str, replica: int) -> dict[str, str]:
     # vLLM's engine label is "0" in every pod; replicas differ by pod and instance, as scraped in Kubernetes. The
     # model's deployment scope (`selector:`) is on every series, as the scrape config would put it there.
     scope = next((dict(m.selector) for m in spec.models if m.name == model), {})
-    return {
+    labels = {
         "job": "vllm",
         **scope,
-        metrics.model_label: model,
+        **({metrics.model_label: model} if metrics.model_label is not None else {}),
         metrics.engine_label: "0",
         "pod": f"{model}-{replica}",
         "instance": f"10.0.0.{replica + 10}:8000",
     }
+    return labels
 
 
 def _cumulative(per_min: FloatArray, epoch: npt.NDArray[np.int64]) -> FloatArray:
@@ -302,7 +309,8 @@ def _histogram(
     bounds = spec.histogram_buckets(rc, sli)
     labels = _base_labels(spec, model, replica)
     if source.model_label != metrics.model_label:  # a custom histogram names the model its own way, or not at all
-        del labels[metrics.model_label]
+        if metrics.model_label is not None:
+            del labels[metrics.model_label]
         if source.model_label is not None:
             labels[source.model_label] = model
     if source.class_label is not None:

@@ -20,10 +20,15 @@ def import_(
 ) -> None:
     """Convert latency SLOs from Pyrra, Sloth or OpenSLO files into one slokit spec.
 
-    Each SLO whose good events are a histogram bucket (`le`) over the histogram's count becomes an objective
-    (target, window, metric, matchers, threshold and unit kept; source file and SLO name as a comment). Anything
-    else (ratio SLIs of error counters, raw or boolean-gauge SLIs, native histograms, calendar windows, timeslice
-    budgeting, good selectors that differ from the total beyond `le`) is reported on stderr, naming the construct.
+    Converted: every SLO whose good events are one histogram bucket (`le`) over the histogram's count.
+
+    Kept: target, window (Sloth files have none: 30d), metric, matchers, threshold and unit.
+
+    Each class's comment names the source file and SLO; `by (...)` and Pyrra `grouping` are dropped with a warning.
+
+    Refused SLIs, each named on stderr: ratios of error counters, raw, boolean-gauge and gauge-threshold SLIs.
+
+    Refused too: native histograms, calendar windows, timeslice budgeting, good selectors that differ beyond `le`.
 
     Exit status: 0 every SLO converted, 3 some skipped, 2 nothing usable (or a file cannot be read).
 

@@ -81,6 +81,9 @@ def _declared(name: str | None) -> str:
     return name
 
 
+MODEL_LABEL: Final = _declared(M.model_label)
+
+
 class _DrillFault(RuntimeError):
     """Raised on purpose for requests carrying the chaos-drill header (SLOKIT_EXPORTER_DRILL_HEADER)."""
 
@@ -236,8 +239,8 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         store = MetricStore()
         self.store = store
         buckets = plan_buckets(spec)
-        mec = (M.model_label, M.engine_label, "class")
-        me = (M.model_label, M.engine_label)
+        mec = (MODEL_LABEL, M.engine_label, "class")
+        me = (MODEL_LABEL, M.engine_label)
         f: dict[str, Any] = {}
         f["ttft"] = store.histogram(
             M.latency[Sli.TTFT], "Time to first token per request class (arrival to first token).", mec,
@@ -274,18 +277,18 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         f["generation_tokens"] = store.counter(M.generation_tokens, "Generated tokens, by class.", mec)
         f["running"] = store.gauge(M.requests_running, "Requests in the engine's running batch (scheduler).", me)
         f["waiting"] = store.gauge(M.requests_waiting, "Requests waiting in the engine's queue (scheduler).", me)
-        f["kv"] = store.gauge(M.kv_cache_usage, "KV-cache block usage, 0 to 1.", me)
-        f["preemptions"] = store.counter(M.preemptions, "Requests preempted by the scheduler.", me)
+        f["kv"] = store.gauge(_declared(M.kv_cache_usage), "KV-cache block usage, 0 to 1.", me)
+        f["preemptions"] = store.counter(_declared(M.preemptions), "Requests preempted by the scheduler.", me)
         f["prefix_queries"] = store.counter(_declared(M.prefix_cache_queries), "Prefix-cache queried tokens.", me)
         f["prefix_hits"] = store.counter(_declared(M.prefix_cache_hits), "Prefix-cache hit tokens.", me)
         f["class_running"] = store.gauge(
             schema.SLOKIT_CLASS_REQUESTS_RUNNING, "Requests past their first token, by class (frontend view).",
-            (M.model_label, "class"), multiprocess_mode="livesum",
+            (MODEL_LABEL, "class"), multiprocess_mode="livesum",
         )  # fmt: skip
         f["class_waiting"] = store.gauge(
             schema.SLOKIT_CLASS_REQUESTS_WAITING,
             "Admitted requests without a first token yet (queued or prefilling), by class (frontend view).",
-            (M.model_label, "class"), multiprocess_mode="livesum",
+            (MODEL_LABEL, "class"), multiprocess_mode="livesum",
         )  # fmt: skip
         f["duration"] = store.histogram(
             schema.SLOKIT_RECORD_DURATION, "Time slokit's record() takes per call, on vLLM's output loop.", me,
@@ -293,11 +296,11 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         )  # fmt: skip
         errors = store.counter(
             schema.SLOKIT_EXPORTER_ERRORS, "Failures inside the exporter, caught and counted (never raised).",
-            (M.model_label, "stage"),
+            (MODEL_LABEL, "stage"),
         )  # fmt: skip
         self._info = store.gauge(
             schema.SLOKIT_EXPORTER_INFO, "slokit exporter build and configuration.",
-            (M.model_label, "spec_hash", "slokit_version", "vllm_version", "class_tracking"),
+            (MODEL_LABEL, "spec_hash", "slokit_version", "vllm_version", "class_tracking"),
         )  # fmt: skip
         self.families = f
         self._errors = {stage: errors.child(self.model, stage) for stage in ERROR_STAGES}
@@ -604,7 +607,7 @@ class _Frontend:
     __slots__ = ("_failed", "_family", "_model", "_names", "e2e", "ttft")
 
     def __init__(self, logger: SlokitStatLogger, buckets: dict[Sli, tuple[float, ...]]) -> None:
-        labels = (M.model_label, "class")
+        labels = (MODEL_LABEL, "class")
         store = logger.store
         ttft = store.histogram(
             M.frontend_latency[Sli.TTFT],

@@ -553,6 +553,8 @@ def _engine_alerts(b: _Builder) -> None:
             "token grows."
         )
         _engine_pair(b, NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, description, model.name)
+        if spec.metrics.kv_cache_usage is None or spec.metrics.preemptions is None:
+            continue  # the source exports no KV-cache gauge or preemption counter (TGI): nothing to alert on
         kv = spec.alerting.kv_cache_usage_max
         expr = f"{selector(schema.RECORD_KV_CACHE_USAGE, m)} > {number(kv)}"
         description = (
@@ -596,11 +598,17 @@ def _first_histogram(spec: Spec, model: str) -> tuple[RequestClass, Sli] | None:
     return None
 
 
+def _any_sli(spec: Spec) -> Sli:
+    """The SLI whose histogram stands for a model that has no SLO: TTFT, or the source's first (TGI has none)."""
+    return Sli.TTFT if Sli.TTFT in spec.metrics.latency else next(iter(spec.metrics.latency))
+
+
 def absent_metric(spec: Spec, model: str) -> tuple[str, Sli]:
     """The raw histogram whose absence means a model's latency cannot be measured (its first SLI's `_count`)."""
     first = _first_histogram(spec, model)
     if first is None:
-        return spec.metrics.latency[Sli.TTFT] + "_count", Sli.TTFT
+        sli = _any_sli(spec)
+        return spec.metrics.latency[sli] + "_count", sli
     rc, sli = first
     return spec.histogram(rc, sli).name + "_count", sli
 
@@ -612,7 +620,7 @@ def absent_series(spec: Spec, model: str) -> tuple[str, list[Matcher]]:
     q = queries.Queries(spec)
     first = _first_histogram(spec, model)
     if first is None:
-        return spec.metrics.latency[Sli.TTFT] + "_count", q.raw_matchers(model)
+        return spec.metrics.latency[_any_sli(spec)] + "_count", q.raw_matchers(model)
     rc, sli = first
     return spec.histogram(rc, sli).name + "_count", q.histogram_matchers(rc, sli, [model], with_class=False)
 

@@ -100,9 +100,11 @@ def has_frontend(spec: Spec) -> bool:
 
 
 def steps(spec: Spec) -> tuple[DebugStep, ...]:
-    """The steps that apply to `spec`, in order: the API server first where the source measures it."""
+    """The steps that apply to `spec`, in order: the API server first where the source measures it, the KV cache
+    where the source exports its usage (TGI does not)."""
     first = (API_SERVER,) if has_frontend(spec) else ()
-    return (*first, QUEUE, DECODE, KV_CACHE, INTERCONNECT)
+    kv = (KV_CACHE,) if spec.metrics.kv_cache_usage is not None else ()
+    return (*first, QUEUE, DECODE, *kv, INTERCONNECT)
 
 
 # ==============================================================================================================
@@ -125,7 +127,8 @@ class Series:
 
 def quantile(q: float, series: Series, histogram: str, by: str) -> str:
     """A percentile of a histogram's buckets over the rate window, grouped `by`."""
-    return f"histogram_quantile({q:g}, sum by (le, {by}) ({series.rate(histogram + '_bucket')}))"
+    labels = ", ".join(label for label in ("le", by) if label)
+    return f"histogram_quantile({q:g}, sum by ({labels}) ({series.rate(histogram + '_bucket')}))"
 
 
 def mean(series: Series, histogram: str, by: str) -> str:
@@ -165,14 +168,16 @@ def expected_decode(curves: Iterable[tuple[Sequence[DecodePoint], str]]) -> str 
     return union(terms) if terms else None
 
 
-def kv_cache_usage(spec: Spec, series: Series, by: str) -> str:
-    """Step 3: the share of KV-cache blocks in use (0..1)."""
-    return f"max by ({by}) ({series(spec.metrics.kv_cache_usage)})"
+def kv_cache_usage(spec: Spec, series: Series, by: str) -> str | None:
+    """Step 3: the share of KV-cache blocks in use (0..1); None when the source has no such gauge (TGI)."""
+    metric = spec.metrics.kv_cache_usage
+    return None if metric is None else f"max by ({by}) ({series(metric)})"
 
 
-def preemptions(spec: Spec, series: Series, by: str) -> str:
-    """Step 3: requests evicted from the KV cache per second."""
-    return f"sum by ({by}) ({series.rate(spec.metrics.preemptions)})"
+def preemptions(spec: Spec, series: Series, by: str) -> str | None:
+    """Step 3: requests evicted from the KV cache per second; None when the source counts none (TGI)."""
+    metric = spec.metrics.preemptions
+    return None if metric is None else f"sum by ({by}) ({series.rate(metric)})"
 
 
 def prefix_cache_hit_rate(spec: Spec, series: Series, by: str) -> str | None:

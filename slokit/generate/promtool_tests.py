@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from slokit import schema
 from slokit.generate import alerts as alerts_mod
+from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule
 from slokit.generate.rules import failure_terms, rule_groups, rules_path
 from slokit.promql import number, selector
@@ -150,7 +151,8 @@ def _raw_labels(spec: Spec, model: str, rc: RequestClass | None, replica: str = 
     """Labels of one replica's raw series: the model's deployment scope, model, class, replica labels, engine."""
     metrics = spec.metrics
     labels = dict(spec.model(model).selector) if model in {m.name for m in spec.models} else {}
-    labels[metrics.model_label] = model
+    if metrics.model_label is not None:  # None (TGI): the series name no model
+        labels[metrics.model_label] = model
     if metrics.class_label is not None and rc is not None:
         labels[metrics.class_label] = rc.name
     labels.update(_replica(spec, replica))
@@ -212,13 +214,14 @@ def _le_text(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> str:
 
 def _histogram_inputs(
     spec: Spec, model: str, rc: RequestClass, sli: Sli, scenario: Scenario | None, minutes: int,
-    values: Callable[[float, int], str] | None = None,
+    values: Callable[[float, int], str] | None = None, bounds: Sequence[float] | None = None,
 ) -> tuple[list[dict[str, str]], list[float]]:  # fmt: skip
     """Input series of one histogram; returns them and the cumulative per-minute counts (+Inf last).
 
-    `values(per_minute, minutes)` writes each series' promtool values (default: a steady counter from zero)."""
+    `values(per_minute, minutes)` writes each series' promtool values (default: a steady counter from zero);
+    `bounds` its finite boundaries (default: the class's SLI histogram's)."""
     series_values = values or _series_values
-    bounds = spec.histogram_buckets(rc, sli)
+    bounds = spec.histogram_buckets(rc, sli) if bounds is None else bounds
     name = spec.histogram(rc, sli).name
     base = _histogram_labels(spec, model, rc, sli)
     if scenario is None:
@@ -258,10 +261,15 @@ def _alerting_thresholds(spec: Spec, rc: RequestClass, sli: Sli) -> list[float]:
     return values
 
 
-def _healthy_bucket(spec: Spec, rc: RequestClass, sli: Sli) -> int:
-    """The highest bucket whose upper bound is at or under every alerting threshold of the SLI."""
-    limit = min(_alerting_thresholds(spec, rc, sli), default=math.inf)
-    bounds = spec.histogram_buckets(rc, sli)
+def _healthy_bucket(
+    spec: Spec, rc: RequestClass, sli: Sli, readers: Sequence[tuple[RequestClass, Sli]] = (),
+    bounds: Sequence[float] | None = None,
+) -> int:  # fmt: skip
+    """The highest bucket (of `bounds`, default the SLI histogram's) whose upper bound is at or under every
+    alerting threshold of the SLI and of the other SLOs (`readers`) whose selectors also read its series."""
+    thresholds = [t for r_rc, r_sli in [(rc, sli), *readers] for t in _alerting_thresholds(spec, r_rc, r_sli)]
+    limit = min(thresholds, default=math.inf)
+    bounds = spec.histogram_buckets(rc, sli) if bounds is None else bounds
     fitting = [i for i, b in enumerate(bounds) if b <= limit + 1e-12]
     return fitting[-1] if fitting else 0
 
@@ -340,11 +348,46 @@ def _slo_series_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> di
     return {"service": spec.service, "model": model, "class": rc.name, "slo": sli.value}
 
 
+def _matches(labels: Mapping[str, str], matchers: Sequence[tuple[str, str, str]]) -> bool:
+    """Whether a series with `labels` passes every matcher (an absent label reads as "", regexes anchored)."""
+    for label, op, value in matchers:
+        have = labels.get(label, "")
+        ok = {"=": have == value, "!=": have != value}.get(op)
+        if ok is None:
+            ok = bool(re.fullmatch(value, have)) == (op == "=~")
+        if not ok:
+            return False
+    return True
+
+
+SloKey = tuple[RequestClass, Sli, str]  # (class, SLI, model)
+
+
+def _readers(spec: Spec, slos: Sequence[SloKey]) -> dict[int, list[SloKey]]:
+    """For each SLO (by position), the other SLOs whose histogram selector also matches its synthetic series:
+    SLOs that read one histogram with overlapping selectors (e.g. imported `verb=~"LIST|GET"` beside
+    `verb=~"LIST|GET",scope="cluster"`). Classes told apart by a class label read nothing of each other."""
+    q = queries.Queries(spec)
+    out: dict[int, list[SloKey]] = {}
+    for i, (rc, sli, model) in enumerate(slos):
+        name = spec.histogram(rc, sli).name
+        labels = _histogram_labels(spec, model, rc, sli)
+        out[i] = [
+            (o_rc, o_sli, o_model)
+            for j, (o_rc, o_sli, o_model) in enumerate(slos)
+            if j != i and spec.histogram(o_rc, o_sli).name == name
+            and _matches(labels, q.histogram_matchers(o_rc, o_sli, [o_model]))
+        ]  # fmt: skip
+    return out
+
+
 def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Four scenarios, each over every SLO of the spec at once: all slow, healthy, zero traffic, inconsistent.
 
     No scenario has a day of history, so no baseline exists and the baseline alerts stay silent here: they are
-    tested from raw history in `_baseline_groups`."""
+    tested from raw history in `_baseline_groups`. Where another SLO's selector also matches an SLO's series
+    (`_readers`), those series carry every boundary of both histograms, as one real histogram would, and the
+    healthy scenario puts them under the thresholds of both."""
     firing_kinds = (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT)
     slos = [(rc, sli, slo, m) for rc in spec.classes for sli, slo in rc.slos.items() for m in rc.models]
     slo_rules = [r for r in all_rules if r.kind in (*firing_kinds, AlertKind.CONSISTENCY)]
@@ -362,8 +405,12 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     mixed: list[dict[str, str]] = []
     requests_seen: set[tuple[str, str]] = set()
     quiet_consistency = list(consistency)
-    for rc, sli, slo, model in slos:
+    readers = _readers(spec, [(rc, sli, model) for rc, sli, _, model in slos])
+    for index, (rc, sli, slo, model) in enumerate(slos):
+        others = [(o_rc, o_sli) for o_rc, o_sli, _ in readers[index]]
         bounds = spec.histogram_buckets(rc, sli)
+        if others:
+            bounds = tuple(sorted({*bounds, *(b for o in others for b in spec.histogram_buckets(*o))}))
         labels = _slo_series_labels(spec, model, rc, sli)
         for rule in all_rules:
             if rule.model != model or rule.request_class != rc.name or rule.sli is not sli:
@@ -376,18 +423,18 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
                 # every request above the scale-out boundary: the whole share, over the share the objective allows
                 fraction = spec.alerting.scale_out.fraction_of_slo
                 values[id(rule)] = (round(fraction / slo.objective.error_budget, 9), labels)
-        k = _healthy_bucket(spec, rc, sli)
+        k = _healthy_bucket(spec, rc, sli, others, bounds)
         cumulative_share = [0.0] * k + [1.0] * (len(bounds) - k)
         p50 = histogram_quantile(0.5, bounds, [*cumulative_share, 1.0])
         p99 = histogram_quantile(0.99, bounds, [*cumulative_share, 1.0])
         if slo.consistency is not None and p99 / p50 > slo.consistency.max_p99_over_p50:
             quiet_consistency = [r for r in quiet_consistency if not (r.model == model and r.request_class == rc.name
                                                                       and r.sli is sli)]  # fmt: skip
-        slow += _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes)[0]
-        healthy += _histogram_inputs(spec, model, rc, sli, Scenario({k: 1.0}), minutes)[0]
-        idle += _histogram_inputs(spec, model, rc, sli, None, minutes)[0]
+        slow += _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes, bounds=bounds)[0]
+        healthy += _histogram_inputs(spec, model, rc, sli, Scenario({k: 1.0}), minutes, bounds=bounds)[0]
+        idle += _histogram_inputs(spec, model, rc, sli, None, minutes, bounds=bounds)[0]
         if slo.consistency is not None:
-            series, _ = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes)
+            series, _ = _histogram_inputs(spec, model, rc, sli, Scenario({0: 0.6}), minutes, bounds=bounds)
             mixed += series
             # p99 is in +Inf (lower edge: the top boundary), p50 in the first bucket (upper edge: its boundary)
             ratio = bounds[-1] / bounds[0]
@@ -461,6 +508,11 @@ def prom_rate(at: int, per_minute: float, window: int = 300) -> float:
     return result * (interval / sampled) / window
 
 
+def _optional(metric: str | None, matchers: Sequence[tuple[str, str, str]], values: str) -> list[dict[str, str]]:
+    """One input series of an engine signal, none when the source does not export it (TGI's KV cache)."""
+    return [] if metric is None else [{"series": selector(metric, matchers), "values": values}]
+
+
 def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Every model's engine at once: full and preempting, healthy, idle."""
     metrics = spec.metrics
@@ -483,9 +535,8 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
             out += [
                 {"series": selector(metrics.requests_waiting, m), "values": f"{5 if full else 0}x{minutes}"},
                 {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
-                {"series": selector(metrics.kv_cache_usage, m),
-                 "values": f"{number(0.99 if full else 0.5 if busy else 0)}x{minutes}"},
-                {"series": selector(metrics.preemptions, m), "values": _series_values(60 if full else 0, minutes)},
+                *_optional(metrics.kv_cache_usage, m, f"{number(0.99 if full else 0.5 if busy else 0)}x{minutes}"),
+                *_optional(metrics.preemptions, m, _series_values(60 if full else 0, minutes)),
                 {"series": selector(metrics.generation_tokens, m),
                  "values": _series_values(600 if busy else 0, minutes)},
             ]  # fmt: skip
@@ -516,7 +567,8 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
         return prom_rate(at, 60), labels
 
     return [
-        {"name": "engines full and queueing, KV cache at 99%, preempting 1/s", "interval": "1m",
+        {"name": "engines full and queueing" + (", KV cache at 99%, preempting 1/s" if metrics.kv_cache_usage else ""),
+         "interval": "1m",
          "input_series": inputs(True, True), "alert_rule_test": _checks(rules, rules, value, timed=True)},
         {"name": "engines healthy: half full, nothing waiting", "interval": "1m",
          "input_series": inputs(False, True), "alert_rule_test": _silent(rules, end)},
@@ -1077,10 +1129,8 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
         inputs += [
             {"series": selector(metrics.requests_waiting, m), "values": f"1x{over - 1} 5x{under}"},
             {"series": selector(metrics.requests_running, m), "values": f"{full}x{over - 1} {full - 1}x{under}"},
-            {"series": selector(metrics.kv_cache_usage, m),
-             "values": f"{number(kv_over)}x{over - 1} {number(kv_under)}x{under}"},
-            {"series": selector(metrics.preemptions, m), "values": _piecewise([6.0 * min(i, over)
-                                                                               for i in range(minutes + 1)])},
+            *_optional(metrics.kv_cache_usage, m, f"{number(kv_over)}x{over - 1} {number(kv_under)}x{under}"),
+            *_optional(metrics.preemptions, m, _piecewise([6.0 * min(i, over) for i in range(minutes + 1)])),
             {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
         ]  # fmt: skip
     step = _STEP.get()
@@ -1125,8 +1175,8 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         inputs += [
             {"series": selector(metrics.requests_waiting, m), "values": f"5x{minutes}"},
             {"series": selector(metrics.requests_running, m), "values": f"{model.max_num_seqs}x{minutes}"},
-            {"series": selector(metrics.kv_cache_usage, m), "values": f"0.99x{minutes}"},
-            {"series": selector(metrics.preemptions, m), "values": _series_values(60, minutes)},
+            *_optional(metrics.kv_cache_usage, m, f"0.99x{minutes}"),
+            *_optional(metrics.preemptions, m, _series_values(60, minutes)),
             {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
         ]
     tests = [{"expr": _alert_count(r), "eval_time": _dur(at), "exp_samples": [{"labels": "{}", "value": 1}]}

@@ -81,7 +81,9 @@ class Queries:
             groups.setdefault(key, []).append(name)
         terms = []
         for key, group in groups.items():
-            matchers: list[Matcher] = [*promql.labels_matchers(dict(key)), one_of(self.metrics.model_label, group)]
+            matchers: list[Matcher] = [*promql.labels_matchers(dict(key))]
+            if self.metrics.model_label is not None:  # None (TGI): the spec's one model, by its scope alone
+                matchers.append(one_of(self.metrics.model_label, group))
             if request_class is not None and self.metrics.class_label is not None:
                 matchers.append(eq(self.metrics.class_label, request_class.name))
             matchers.extend(extra)
@@ -131,7 +133,9 @@ class Queries:
 
     def raw_matchers(self, model: str, request_class: str | None = None) -> list[Matcher]:
         """Matchers of one model's raw series (its scope, its model label, its class where the source has one)."""
-        matchers = [*promql.labels_matchers(self.model_selector(model)), eq(self.metrics.model_label, model)]
+        matchers = promql.labels_matchers(self.model_selector(model))
+        if self.metrics.model_label is not None:
+            matchers.append(eq(self.metrics.model_label, model))
         if request_class is not None and self.metrics.class_label is not None:
             matchers.append(eq(self.metrics.class_label, request_class))
         return matchers

@@ -152,8 +152,12 @@ def _aggregate(spec: Spec, op: str, inner: str, labels: Iterable[str]) -> str:
     metrics = spec.metrics
     own = {schema.RULE_LABEL_MODEL: metrics.model_label, schema.RULE_LABEL_ENGINE: metrics.engine_label}
     labels = list(labels)
-    names = list(dict.fromkeys(own.get(label, label) for label in labels))
-    expr = promql.rename_label(f"{op} {promql.by(names)} ({inner})", metrics.model_label, schema.RULE_LABEL_MODEL)
+    names = [name for name in dict.fromkeys(own.get(label, label) for label in labels) if name is not None]
+    expr = f"{op} {promql.by(names)} ({inner})"
+    if metrics.model_label is not None:
+        expr = promql.rename_label(expr, metrics.model_label, schema.RULE_LABEL_MODEL)
+    elif schema.RULE_LABEL_MODEL in labels:  # no model label (TGI): the spec's one model, written on
+        expr = f'label_replace({expr}, "{schema.RULE_LABEL_MODEL}", {promql.quote(spec.models[0].name)}, "", "")'
     if schema.RULE_LABEL_ENGINE in labels:
         if metrics.engine_label != schema.RULE_LABEL_ENGINE and metrics.engine_label in labels:
             # the engine label is a replica label too (SGLang's instance): copy it, keep the replica label
@@ -777,13 +781,15 @@ def _engine_rules(spec: Spec) -> list[RecordingRule]:
         terms = [_aggregate(spec, op, wrap.format(raw), keys) for raw in _raws(spec, metric)]
         return RecordingRule(record, _union(terms), labels)
 
-    return [
-        rule(schema.RECORD_QUEUE_WAITING, "max", metrics.requests_waiting, "max_over_time({}[1m])"),
-        rule(schema.RECORD_QUEUE_RUNNING, "max", metrics.requests_running, "max_over_time({}[1m])"),
-        rule(schema.RECORD_KV_CACHE_USAGE, "max", metrics.kv_cache_usage, "{}"),
-        rule(schema.RECORD_PREEMPTIONS, "sum", metrics.preemptions, "rate({}[5m])"),
-        rule(schema.RECORD_DECODE_TOKENS, "sum", metrics.generation_tokens, "rate({}[5m])"),
+    signals = [
+        (schema.RECORD_QUEUE_WAITING, "max", metrics.requests_waiting, "max_over_time({}[1m])"),
+        (schema.RECORD_QUEUE_RUNNING, "max", metrics.requests_running, "max_over_time({}[1m])"),
+        (schema.RECORD_KV_CACHE_USAGE, "max", metrics.kv_cache_usage, "{}"),
+        (schema.RECORD_PREEMPTIONS, "sum", metrics.preemptions, "rate({}[5m])"),
+        (schema.RECORD_DECODE_TOKENS, "sum", metrics.generation_tokens, "rate({}[5m])"),
     ]
+    # A signal the source does not export (TGI: KV cache, preemptions) is not recorded.
+    return [rule(record, op, metric, wrap) for record, op, metric, wrap in signals if metric is not None]
 
 
 def _expected_decode_rules(spec: Spec) -> list[RecordingRule]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from slokit.interop.model import Unsupported
@@ -13,6 +14,16 @@ RATIO = "ratio SLI of error counters"
 NATIVE = "native histogram"
 VMRANGE = "VictoriaMetrics histogram_share"
 DIFFERENT = "good selector differs from the total beyond le"
+GAUGE_THRESHOLD = "gauge-threshold SLI"
+
+# A comparison of a series with a number (`gauge < 0.75`, `0.5 >= x`), outside label matchers and range brackets.
+_COMPARISON = re.compile(r"(?:[<>]=?|[!=]=)\s*(?:bool\s+)?[-+]?(?:\d|\.\d)|(?:\d|\))\s*(?:[<>]=?|[!=]=)")
+
+
+def _compares_values(text: str) -> bool:
+    """Whether a query filters series by their value against a number (a gauge threshold)."""
+    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\"[^\"]*\"", "", text)
+    return bool(_COMPARISON.search(bare))
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,13 @@ def _good_bucket(query: Query, role: str) -> Selector:
             "classic histograms (_bucket series with an le label)",
         )
     buckets = [s for s in query.selectors if s.name.endswith("_bucket") and s.on("le")]
+    if not buckets and _compares_values(query.text):
+        raise Unsupported(
+            GAUGE_THRESHOLD,
+            f"the {role} query {query.text.strip()!r} counts series whose value crosses a threshold (a gauge "
+            "compared with a number), not requests in a histogram bucket; slokit imports latency SLIs (an le "
+            "bucket over the count)",
+        )
     if not buckets:
         raise Unsupported(
             RATIO,

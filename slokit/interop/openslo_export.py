@@ -2,8 +2,9 @@
 
 Each objective (class x SLI with an `objective:`) becomes one SLI (ratioMetric: the threshold's `le` bucket over
 the histogram's `_count`, both as PromQL rates) and one SLO (Occurrences budgeting, rolling window of the spec,
-target = percentile / 100). Annotations under `slokit.dev/` keep what OpenSLO has no field for (SLI kind, class,
-model label), so `slokit import` of the export gives back the same objectives.
+target = percentile / 100). The bucket's `le` matcher is the rules' own: `le=~"5\\.0|5"` for a whole bound, which
+Python clients write `5.0` and Go clients `5`. Annotations under `slokit.dev/` keep what OpenSLO has no field for
+(SLI kind, class, model label), so `slokit import` of the export gives back the same objectives.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Final
 from slokit import promql
 from slokit.generate.queries import Queries
 from slokit.spec import Spec
-from slokit.units import format_le, prom_duration
+from slokit.units import prom_duration
 
 API: Final = "openslo/v1"
 
@@ -39,7 +40,7 @@ def documents(spec: Spec) -> list[dict[str, Any]]:
                 continue
             hist = spec.histogram(rc, sli)
             # In the spec's deployment scope (`selector:`), one selector per distinct scope of the class's models.
-            le: promql.Matcher = ("le", "=", format_le(hist.le_for(slo.objective.threshold)))
+            le = promql.le_matcher(hist.le_for(slo.objective.threshold))
             good = _query([t.selector for t in queries.histogram_terms(rc, sli, "_bucket", extra=[le])])
             total = _query([t.selector for t in queries.histogram_terms(rc, sli, "_count")])
             name = f"{spec.service}-{rc.name}-{sli.value}"

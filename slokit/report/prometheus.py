@@ -247,10 +247,14 @@ class PrometheusSource:
         # edge on Prometheus 2, not on 3).
         step = prom_duration(data.step - 0.001)
         rate_window = prom_duration(max(data.step, 120.0))
-        by = promql.by([metrics.model_label])
+        by = promql.by([metrics.model_label] if metrics.model_label is not None else [])
         queries = {
             "queue_waiting": f"max {by} ({self._over(metrics.requests_waiting, models, 'max_over_time', step)})",
-            "kv_cache_usage": f"max {by} ({self._over(metrics.kv_cache_usage, models, 'max_over_time', step)})",
+            **(
+                {"kv_cache_usage": f"max {by} ({self._over(metrics.kv_cache_usage, models, 'max_over_time', step)})"}
+                if metrics.kv_cache_usage is not None
+                else {}
+            ),
             # One raw series per engine: the mean of per-series rates is the decode throughput per engine.
             # Mean running requests per engine: the batch the decode expectation is read at.
             "requests_running": f"avg {by} ({self._over(metrics.requests_running, models, 'avg_over_time', step)})",
@@ -263,7 +267,8 @@ class PrometheusSource:
         for name, expr in queries.items():
             per_model: dict[str, Floats] = {}
             for item in self.api.query_range(expr, first, data.start + data.bins * data.step, data.step):
-                model = item.get("metric", {}).get(metrics.model_label, "")
+                # No model label (TGI): the spec's one model.
+                model = item.get("metric", {}).get(metrics.model_label, "") if metrics.model_label else models[0]
                 values = np.full(data.bins, np.nan)
                 for t, v in item.get("values", []):
                     index = round((float(t) - data.start) / data.step) - 1

@@ -275,18 +275,10 @@ class _Checker:
         try:
             return Source(value)
         except ValueError:
-            if value == "tgi":
-                self.error(
-                    ("source",),
-                    "'tgi' is not a source preset: TGI's /metrics has no model label, TTFT histogram or KV-cache "
-                    "gauge; keep the source and name TGI's histograms per SLO, e.g. e2e: {metric: {histogram: "
-                    "tgi_request_duration}} or tpot: {metric: {histogram: tgi_request_mean_time_per_token_duration}}",
-                )
-                return Source.SLOKIT
             self.error(
                 ("source",),
-                f"{value!r} is not a source; use 'slokit' (slokit's exporter), 'vllm' or 'sglang' (the engine's own "
-                "metrics), or name a histogram per SLO with metric: {histogram: ...}",
+                f"{value!r} is not a source; use 'slokit' (slokit's exporter), 'vllm', 'sglang' or 'tgi' (the "
+                "engine's own metrics), or name a histogram per SLO with metric: {histogram: ...}",
             )
             return Source.SLOKIT
 
@@ -938,7 +930,26 @@ class _Checker:
             self.error(("alerting", "baseline", "offset"), "baseline offset is far longer than the SLO window")
         if source is Source.VLLM:
             self._vllm_checks(vllm, classes, top)
+        if source is Source.TGI:
+            self._tgi_checks(top)
         self._histogram_checks(source, classes)
+
+    def _tgi_checks(self, top: dict[str, Any]) -> None:
+        """TGI's series carry no model label (one model per server) and it has no KV-cache gauge."""
+        models = top.get("models")
+        if isinstance(models, list) and len(models) != 1:
+            self.error(
+                ("models",),
+                f"source: tgi covers one model (TGI's metrics carry no model label: one model per server), but "
+                f"{len(models)} are listed; write one spec per TGI deployment",
+            )
+        alerting = top.get("alerting")
+        if isinstance(alerting, dict) and "kv_cache_usage_max" in alerting:
+            self.error(
+                ("alerting", "kv_cache_usage_max"),
+                "TGI exports no KV-cache usage gauge (its engine gauges are tgi_queue_size and "
+                "tgi_batch_current_size), so there is no KV-cache alert; drop kv_cache_usage_max",
+            )
 
     def _histogram_checks(self, source: Source, classes: tuple[RequestClass, ...]) -> None:
         """Custom histograms: one model when they carry no model label; declared buckets hold the thresholds.
@@ -960,13 +971,26 @@ class _Checker:
                             "or add the threshold to the histogram's buckets (and to metric.buckets)",
                         )  # fmt: skip
                     continue
-                if sli not in metrics.latency:
+                if sli not in metrics.latency and source is Source.TGI:
+                    self.error(
+                        path,
+                        f"TGI exports no {schema.SLI_TITLES[sli]} histogram (its router has tgi_request_duration "
+                        "for e2e and tgi_request_mean_time_per_token_duration for tpot); measure it at a gateway in "
+                        "front of TGI and name that histogram with metric: {histogram: ..., unit: ...}",
+                        at_key=True,
+                    )
+                elif sli not in metrics.latency:
                     self.error(
                         path,
                         f"source {source.value} exposes no {schema.SLI_TITLES[sli]} histogram; drop this SLO or "
                         "name a histogram with metric: {histogram: ...}",
                         at_key=True,
                     )
+                elif source is Source.TGI:
+                    self._check_bounds(
+                        slo, path, schema.TGI_DURATION_BUCKETS, f"TGI's {metrics.latency[sli]} buckets",
+                        "TGI sets them in router/src/server.rs (0.00015 s, then x1.5 each); pick one of them",
+                    )  # fmt: skip
                 elif source is Source.SGLANG:
                     flag = schema.SGLANG_BUCKET_FLAGS[sli]
                     self._check_bounds(

@@ -358,6 +358,8 @@ class Spec:
             return self.vllm.buckets(sli)
         if self.source is Source.SGLANG:
             return schema.SGLANG_BUCKETS.get(sli, ())
+        if self.source is Source.TGI:
+            return schema.TGI_DURATION_BUCKETS if sli in schema.TGI_HISTOGRAMS else ()
         ladder = schema.SLOKIT_DEFAULT_BUCKETS[sli]
         values = set(ladder)
         for request_class in self.classes:

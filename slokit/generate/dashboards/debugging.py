@@ -16,6 +16,7 @@ from slokit.generate.dashboards.exprs import (
     enough,
     eq,
     legend_format,
+    model_var,
     quote,
     requests_5m,
     scope,
@@ -57,7 +58,8 @@ class _Rows:
     def by_engine(self) -> str:
         """Per engine means per replica: model, the replica labels, then the engine label."""
         m = self.spec.metrics
-        return ", ".join([m.model_label, *self.spec.alerting.replica_labels, m.engine_label])
+        labels = [m.model_label, *self.spec.alerting.replica_labels, m.engine_label]
+        return ", ".join(label for label in labels if label is not None)
 
     @property
     def engines(self) -> debug_steps.Series:
@@ -144,10 +146,12 @@ class _Rows:
         model, engine, by_engine = m.model_label, m.engine_label, self.by_engine
         waiting = debug_steps.waiting(spec, self.engines, by_engine)
         running = debug_steps.running(spec, self.engines, by_engine)
-        serving = f"group by ({model}) ({selector(m.requests_running, [*scope(spec), var(model, 'model')])})"
+        by_model = model or ""  # no model label (TGI): the spec's one model
+        serving = f"group by ({by_model}) ({selector(m.requests_running, [*scope(spec), *model_var(model)])})"
         maxima = [
             (
-                f"{constant_series(float(x.max_num_seqs), {model: x.name})} and on ({model}) {serving}",
+                f"{constant_series(float(x.max_num_seqs), {model: x.name} if model else {})} and on ({by_model}) "
+                f"{serving}",
                 f"max running {x.name}",
             )
             for x in spec.models
@@ -157,7 +161,8 @@ class _Rows:
                 "Waiting vs running vs the engine's maximum",
                 "Requests waiting for a slot against requests running, per engine, and each model's --max-num-seqs "
                 "(dashed). Running at the maximum with requests waiting: the engine is full and TTFT grows with the "
-                "queue; scale out. Waiting while running is below the maximum: the KV cache is full (step 3).",
+                "queue; scale out. Waiting while running is below the maximum: the KV cache is full"
+                + (" (step 3)." if m.kv_cache_usage is not None else "."),
                 [
                     (waiting, f"waiting {legend_format(model, engine)}"),
                     (running, f"running {legend_format(model, engine)}"),
@@ -238,9 +243,13 @@ class _Rows:
         spec, board, q, m = self.spec, self.board, self.q, self.spec.metrics
         model, engine, by_engine = m.model_label, m.engine_label, self.by_engine
         decode = debug_steps.decode_tokens(spec, self.engines, by_engine)
+
+        def one_model(name: str) -> list[str]:
+            return [eq(model, name)] if model else []  # no model label (TGI): the spec's one model
+
         decode_queries = [(decode, f"decode {legend_format(model, engine)}")]
         expected = debug_steps.expected_decode(
-            (curve, debug_steps.running_batch(spec, self.series([*q.engine_only(), eq(model, x.name)]), by_engine))
+            (curve, debug_steps.running_batch(spec, self.series([*q.engine_only(), *one_model(x.name)]), by_engine))
             for x in spec.models
             if (curve := roofline.expected_decode_curve(spec, x)) is not None
         )
@@ -304,6 +313,9 @@ class _Rows:
         spec, board, m = self.spec, self.board, self.spec.metrics
         model, engine, by_engine = m.model_label, m.engine_label, self.by_engine
         kv = debug_steps.kv_cache_usage(spec, self.engines, by_engine)
+        preempt = debug_steps.preemptions(spec, self.engines, by_engine)
+        if kv is None or preempt is None:  # the source exports neither (TGI)
+            return
         board.add(
             timeseries(
                 "KV cache usage",
@@ -320,7 +332,6 @@ class _Rows:
             8,
             key=("kv",),
         )
-        preempt = debug_steps.preemptions(spec, self.engines, by_engine)
         board.add(
             timeseries(
                 "Preemptions per second",
@@ -481,7 +492,7 @@ class _Rows:
             5,
             key=("gpu_up",),
         )
-        engines = f"count by ({model}) ({selector(m.requests_running, [*scope(spec), var(model, 'model')])})"
+        engines = f"count by ({model or ''}) ({selector(m.requests_running, [*scope(spec), *model_var(model)])})"
         board.add(
             stat(
                 "Engines reporting",

@@ -47,6 +47,11 @@ def var(label: str, variable: str) -> str:
     return f'{label}=~"${variable}"'
 
 
+def model_var(label: str | None) -> list[str]:
+    """The `$model` matcher on a raw metric; none when its series carry no model label (TGI: one model)."""
+    return [] if label is None else [var(label, "model")]
+
+
 def constant_series(value: float, labels: Mapping[str, str]) -> str:
     """A constant series carrying `labels` (for engine maxima and thresholds drawn as lines)."""
     expr = f"vector({value:g})"
@@ -55,8 +60,9 @@ def constant_series(value: float, labels: Mapping[str, str]) -> str:
     return expr
 
 
-def legend_format(*labels: str) -> str:
-    return " ".join("{{" + label + "}}" for label in labels)
+def legend_format(*labels: str | None) -> str:
+    """`{{a}} {{b}}` for the labels a series carries (None: a label the source lacks)."""
+    return " ".join("{{" + label + "}}" for label in labels if label is not None)
 
 
 @dataclass(frozen=True)
@@ -70,13 +76,13 @@ class RawVars:
         return self.spec.metrics
 
     @property
-    def model(self) -> str:
+    def model(self) -> str | None:
         return self.m.model_label
 
     @property
     def by(self) -> str:
         """Grouping labels for per-series panels: model, class (where the source has it), replica, engine."""
-        labels = [self.model]
+        labels = [self.model] if self.model is not None else []
         if self.m.class_label is not None:
             labels.append(self.m.class_label)
         labels.extend(self.spec.alerting.replica_labels)
@@ -89,7 +95,7 @@ class RawVars:
 
     def raw(self, *, with_class: bool = True, with_engine: bool = True) -> list[str]:
         """Matchers on raw (exporter) metrics for the dashboard variables."""
-        matchers = [*scope(self.spec), var(self.model, "model")]
+        matchers = [*scope(self.spec), *model_var(self.model)]
         if with_class and self.m.class_label is not None:
             matchers.append(var(self.m.class_label, "class"))
         if with_engine:
@@ -98,7 +104,7 @@ class RawVars:
 
     def engine_only(self) -> list[str]:
         """Matchers for engine-level gauges (no class label even on the slokit source)."""
-        return [*scope(self.spec), var(self.model, "model"), var(self.m.engine_label, "engine")]
+        return [*scope(self.spec), *model_var(self.model), var(self.m.engine_label, "engine")]
 
 
 def recorded(service_var: bool = True, *, model: bool = True, request_class: bool = True) -> list[str]:

@@ -17,7 +17,7 @@ from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
 from slokit import schema
-from slokit.generate.dashboards.exprs import LOW_TRAFFIC_TEXT, LOW_TRAFFIC_VALUE, scope, selector, var
+from slokit.generate.dashboards.exprs import LOW_TRAFFIC_TEXT, LOW_TRAFFIC_VALUE, model_var, scope, selector, var
 from slokit.generate.dashboards.identity import PanelRef, class_values, model_values
 from slokit.generate.writer import notice
 from slokit.spec import Spec
@@ -296,7 +296,7 @@ def _templating(spec: Spec) -> g.Templating:
         name="engine",
         label="Engine",
         query={
-            "query": f"label_values({selector(m.requests_running, [*scope(spec), var(m.model_label, 'model')])}, "
+            "query": f"label_values({selector(m.requests_running, [*scope(spec), *model_var(m.model_label)])}, "
             f"{m.engine_label})",
             "refId": "engine",
         },

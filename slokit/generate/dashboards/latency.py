@@ -303,7 +303,7 @@ def _prompt_row(spec: Spec, board: Board, q: RawVars) -> None:
     """TTFT against prompt length, when the source exports a prompt-length histogram: tells longer prompts
     (prefill cost) apart from a slower engine (queueing, preemption) as the cause of a TTFT rise."""
     m = spec.metrics
-    if m.prompt_tokens_histogram is None:
+    if m.prompt_tokens_histogram is None or Sli.TTFT not in m.latency:  # TGI has no TTFT histogram
         return
     board.row("TTFT against prompt length")
     ttft = m.latency[Sli.TTFT]
@@ -366,7 +366,7 @@ def _failed_requests_row(spec: Spec, board: Board, q: RawVars) -> None:
     sides = [(side, metric) for side, metric in (("frontend", m.frontend_failed), ("engine", m.failed)) if metric]
     if not sides:
         return
-    group = [q.model, *([m.class_label] if m.class_label else []), schema.FAIL_REASON_LABEL]
+    group = [*([q.model] if q.model else []), *([m.class_label] if m.class_label else []), schema.FAIL_REASON_LABEL]
     queries = [
         (f"sum by ({', '.join(group)}) ({rate(metric, q.raw(with_engine=False))})", f"{side} " + legend_format(*group))
         for side, metric in sides

@@ -52,7 +52,7 @@ class Context:
 
     def by(self, *extra: str) -> str:
         """Grouping labels; per engine always means per replica (replica labels before `engine`)."""
-        labels = [self.m.model_label]
+        labels = [self.m.model_label] if self.m.model_label is not None else []  # None: one model (TGI)
         for label in extra:
             if label == self.m.engine_label:
                 labels.extend(self.spec.alerting.replica_labels)

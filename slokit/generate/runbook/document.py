@@ -49,6 +49,7 @@ def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
         spec=spec,
         source_is_vllm=spec.source is Source.VLLM,
         has_frontend=debug_steps.has_frontend(spec),
+        has_kv_cache=spec.metrics.kv_cache_usage is not None,  # TGI exports no KV-cache usage: no step 3
         sections=sections,
         guides=guides,
         tuning=tuning(ctx),

@@ -97,7 +97,7 @@ def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str
         Query("Requests running per engine", debug_steps.running(ctx.spec, engines, ctx.by(engine))),
         Query(
             "Queue time p99 (arrival to first scheduling)",
-            debug_steps.queue_time_p99(ctx.spec, ctx.series(model, rc), m.model_label),
+            debug_steps.queue_time_p99(ctx.spec, ctx.series(model, rc), m.model_label or ""),
         ),
         Query(
             f"Scale-out signal (share of TTFTs over {ctx.spec.alerting.scale_out.fraction_of_slo:g}x the TTFT "
@@ -114,7 +114,7 @@ def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str
         "steps", "queue_healthy", maxima=maxima, ttft=min(ttft) if ttft else None,
         queue_share=debug_steps.QUEUE_TIME_SHARE_OF_TTFT, scale_out=ctx.spec.alerting.scale_out,
     )  # fmt: skip
-    fix = prose("steps", "queue_fix")
+    fix = prose("steps", "queue_fix", kv=ctx.m.kv_cache_usage is not None)
     return _step(ctx, debug_steps.QUEUE, queries, healthy, fix, ctx.variables(model, rc))
 
 
@@ -212,8 +212,12 @@ def kv_step(ctx: Context, model: str | None) -> Step:
     engine = m.engine_label
     engines, by = ctx.series(model), ctx.by(engine)
     queries = [
-        Query("KV-cache usage per engine (0..1)", debug_steps.kv_cache_usage(ctx.spec, engines, by)),
-        Query("Preemptions per second", debug_steps.preemptions(ctx.spec, engines, by)),
+        Query(title, expr)
+        for title, expr in (
+            ("KV-cache usage per engine (0..1)", debug_steps.kv_cache_usage(ctx.spec, engines, by)),
+            ("Preemptions per second", debug_steps.preemptions(ctx.spec, engines, by)),
+        )
+        if expr is not None
     ]
     hit_rate = debug_steps.prefix_cache_hit_rate(ctx.spec, engines, by)
     if hit_rate is not None:

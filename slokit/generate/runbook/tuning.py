@@ -34,13 +34,14 @@ def _batch_size(ctx: Context) -> Tuning:
                     x.name,
                 )
             )
-        queries.append(
-            Query(
-                f"{x.name}: p99 ITL per engine",
-                f"histogram_quantile(0.99, sum by (le, {ctx.by(engine)}) (rate({m.latency[Sli.ITL]}_bucket"
-                f"{{{ctx.raw(x.name)}}}[{RATE_WINDOW}])))",
+        if Sli.ITL in m.latency:  # TGI has no inter-token histogram
+            queries.append(
+                Query(
+                    f"{x.name}: p99 ITL per engine",
+                    f"histogram_quantile(0.99, sum by (le, {ctx.by(engine)}) (rate({m.latency[Sli.ITL]}_bucket"
+                    f"{{{ctx.raw(x.name)}}}[{RATE_WINDOW}])))",
+                )
             )
-        )
         queries.append(
             Query(
                 f"{x.name}: the most requests running per engine over the last hour",
@@ -64,13 +65,14 @@ def _prefix_caching(ctx: Context) -> Tuning:
                 f"sum by ({m.model_label}) (rate({m.prefix_cache_queries}{{{ctx.raw(None)}}}[{RATE_WINDOW}]))",
             )
         )
-    queries.append(
-        Query(
-            "TTFT p50 per model (should fall as the hit rate rises)",
-            f"histogram_quantile(0.5, sum by (le, {m.model_label}) "
-            f"(rate({m.latency[Sli.TTFT]}_bucket{{{ctx.raw(None)}}}[{RATE_WINDOW}])))",
+    if Sli.TTFT in m.latency:  # TGI has no TTFT histogram
+        queries.append(
+            Query(
+                "TTFT p50 per model (should fall as the hit rate rises)",
+                f"histogram_quantile(0.5, sum by ({_le_by(ctx)}) "
+                f"(rate({m.latency[Sli.TTFT]}_bucket{{{ctx.raw(None)}}}[{RATE_WINDOW}])))",
+            )
         )
-    )
     return Tuning(
         "Prefix caching for shared prompts",
         prose("tuning", "prefix_caching"),
@@ -108,19 +110,20 @@ def _fp8(ctx: Context) -> Tuning:
         for x in ctx.spec.models
         if (facts := ctx.model_facts(x)).fp8_kv_max_batch is not None
     ]
+    queries = [
+        Query(
+            "Decode tokens/s per engine",
+            f"sum by ({ctx.by(engine)}) (rate({m.generation_tokens}{{{ctx.raw(None)}}}[{RATE_WINDOW}]))",
+        )
+    ]
+    if m.kv_cache_usage is not None:  # TGI exports no KV-cache usage
+        queries.append(
+            Query("KV-cache usage per engine", f"max by ({ctx.by(engine)}) ({m.kv_cache_usage}{{{ctx.raw(None)}}})")
+        )
     return Tuning(
         "FP8 weights or KV cache",
         prose("tuning", "fp8", larger=larger),
-        (
-            Query(
-                "Decode tokens/s per engine",
-                f"sum by ({ctx.by(engine)}) (rate({m.generation_tokens}{{{ctx.raw(None)}}}[{RATE_WINDOW}]))",
-            ),
-            Query(
-                "KV-cache usage per engine",
-                f"max by ({ctx.by(engine)}) ({m.kv_cache_usage}{{{ctx.raw(None)}}})",
-            ),
-        ),
+        tuple(queries),
     )
 
 
@@ -129,7 +132,7 @@ def _speculative_decoding(ctx: Context) -> Tuning:
     draft acceptance rate."""
     m = ctx.m
     vllm_model = schema.VLLM_METRICS.model_label
-    per_token = m.latency.get(Sli.TPOT, m.latency[Sli.ITL])  # SGLang has no TPOT histogram
+    per_token = m.latency.get(Sli.TPOT) or m.latency[Sli.ITL]  # SGLang has no TPOT histogram
     return Tuning(
         "Speculative decoding",
         prose("tuning", "speculative_decoding"),
@@ -141,13 +144,20 @@ def _speculative_decoding(ctx: Context) -> Tuning:
             ),
             Query(
                 f"{'TPOT' if Sli.TPOT in m.latency else 'ITL'} p99 per model",
-                f"histogram_quantile(0.99, sum by (le, {m.model_label}) "
+                f"histogram_quantile(0.99, sum by ({_le_by(ctx)}) "
                 f"(rate({per_token}_bucket{{{ctx.raw(None)}}}[{RATE_WINDOW}])))",
             ),
         ),
     )
 
 
+def _le_by(ctx: Context) -> str:
+    """`le` and the model label, for a percentile per model (a source without a model label serves one model)."""
+    return ", ".join(["le", *([ctx.m.model_label] if ctx.m.model_label else [])])
+
+
 def tuning(ctx: Context) -> tuple[Tuning, ...]:
-    """The tuning levers, one function each, in the order the runbook lists them."""
-    return (_batch_size(ctx), _prefix_caching(ctx), _block_size(ctx), _fp8(ctx), _speculative_decoding(ctx))
+    """The tuning levers, one function each, in the order the runbook lists them; the KV block size only where
+    the source exports both KV-cache usage and preemptions (TGI exports neither)."""
+    block = (_block_size(ctx),) if ctx.m.kv_cache_usage is not None and ctx.m.preemptions is not None else ()
+    return (_batch_size(ctx), _prefix_caching(ctx), *block, _fp8(ctx), _speculative_decoding(ctx))
