@@ -18,6 +18,7 @@ from slokit.units import DurationError, parse_duration
 if TYPE_CHECKING:  # the probe (aiohttp-free client, pandas, matplotlib) loads only when the command runs
     from slokit.probe import Criteria, Limits, Load, SearchConfig
     from slokit.probe.load import LoadKind
+    from slokit.spec import RequestClass, Spec
 
 
 class ApiChoice(StrEnum):
@@ -220,22 +221,10 @@ def probe(
 
       slokit probe http://127.0.0.1:8000 --search rate --burstiness 0.5 -o out/
     """
-    from slokit.probe import Criteria, Limits, Load, SearchConfig, workload_for
+    from slokit.probe import Criteria, Limits, Load, workload_for
     from slokit.probe.load import endpoint_url
 
-    modes = [m for m in (concurrency is not None, rate is not None, search_var is not None) if m]
-    if len(modes) > 1:
-        raise _fail_usage("give one of --concurrency, --rate or --search")
-    if concurrency is not None and concurrency < 1:
-        raise _fail_usage(f"--concurrency {concurrency}: need at least 1 user")
-    if rate is not None and not (rate > 0 and math.isfinite(rate)):
-        raise _fail_usage(f"--rate {rate}: need a positive number of requests per second")
-    if requests < 1:
-        raise _fail_usage(f"--requests {requests}: need at least 1")
-    if not burstiness > 0:
-        raise _fail_usage(f"--burstiness {burstiness}: must be > 0 (1 is Poisson)")
-    if not 0 <= max_error_rate < 1:
-        raise _fail_usage(f"--max-error-rate {max_error_rate}: must be in [0, 1)")
+    _check_load_flags(concurrency, rate, search_var, requests, burstiness, max_error_rate)
     limits = Limits(
         requests=requests,
         duration=_seconds(duration, "--duration"),
@@ -248,34 +237,17 @@ def probe(
     except ValueError as exc:
         raise _fail_usage(str(exc)) from None
     loaded = load_one_spec_or_exit(spec)
-    if class_name is None:
-        class_name = loaded.classes[0].name
-        typer.echo(f"judging against class {class_name!r} of {spec or 'the bundled spec'}", err=True)
+    request_class = _request_class(loaded, class_name, spec)
     try:
-        request_class = loaded.request_class(class_name)
-    except KeyError:
-        names = ", ".join(c.name for c in loaded.classes)
-        raise _fail_usage(f"--class {class_name!r}: {spec or 'the bundled spec'} has classes {names}") from None
-    try:
-        workload = workload_for(loaded, class_name, prompt_tokens, output_tokens)
+        workload = workload_for(loaded, request_class.name, prompt_tokens, output_tokens)
     except DistributionError as exc:
         raise _fail_usage(f"token lengths: {exc}") from None
     criteria = Criteria.from_class(request_class, max_error_rate=max_error_rate, basis=basis.value)
-    search_config: SearchConfig | None = None
-    if concurrency is None and rate is None:
-        variable: LoadKind = "rate" if search_var is SearchChoice.rate else "concurrency"
-        default_max = 1024.0 if variable == "concurrency" else 1000.0
-        try:
-            search_config = SearchConfig(
-                variable=variable,
-                start=start if start is not None else 1.0,
-                maximum=maximum if maximum is not None else max(default_max, start or 1.0),
-                step=step,
-                repeats=repeats,
-                burstiness=burstiness,
-            )
-        except ValueError as exc:
-            raise _fail_usage(str(exc)) from None
+    search_config = (
+        _search_config(search_var, start, maximum, step, repeats, burstiness)
+        if concurrency is None and rate is None
+        else None
+    )
     extra_headers = _headers(header or [])
     document_out = asyncio.run(
         _run(
@@ -302,6 +274,68 @@ def probe(
     if not document_out["measured_requests"]:
         typer.echo("nothing could be measured: no request succeeded (see the failure reasons above)", err=True)
         raise typer.Exit(EXIT_FAILED)
+
+
+def _check_load_flags(
+    concurrency: int | None,
+    rate: float | None,
+    search_var: SearchChoice | None,
+    requests: int,
+    burstiness: float,
+    max_error_rate: float,
+) -> None:
+    """One load mode at a time, and every count and share in its range, before anything is sent."""
+    modes = [m for m in (concurrency is not None, rate is not None, search_var is not None) if m]
+    if len(modes) > 1:
+        raise _fail_usage("give one of --concurrency, --rate or --search")
+    if concurrency is not None and concurrency < 1:
+        raise _fail_usage(f"--concurrency {concurrency}: need at least 1 user")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise _fail_usage(f"--rate {rate}: need a positive number of requests per second")
+    if requests < 1:
+        raise _fail_usage(f"--requests {requests}: need at least 1")
+    if not burstiness > 0:
+        raise _fail_usage(f"--burstiness {burstiness}: must be > 0 (1 is Poisson)")
+    if not 0 <= max_error_rate < 1:
+        raise _fail_usage(f"--max-error-rate {max_error_rate}: must be in [0, 1)")
+
+
+def _request_class(loaded: Spec, class_name: str | None, spec: Path | None) -> RequestClass:
+    """The class whose SLOs judge the levels: the one named, else the spec's first (said on stderr)."""
+    if class_name is None:
+        class_name = loaded.classes[0].name
+        typer.echo(f"judging against class {class_name!r} of {spec or 'the bundled spec'}", err=True)
+    try:
+        return loaded.request_class(class_name)
+    except KeyError:
+        names = ", ".join(c.name for c in loaded.classes)
+        raise _fail_usage(f"--class {class_name!r}: {spec or 'the bundled spec'} has classes {names}") from None
+
+
+def _search_config(
+    search_var: SearchChoice | None,
+    start: float | None,
+    maximum: float | None,
+    step: float | None,
+    repeats: int,
+    burstiness: float,
+) -> SearchConfig:
+    """The search over concurrency (the default) or rate, from --start up to --max."""
+    from slokit.probe import SearchConfig
+
+    variable: LoadKind = "rate" if search_var is SearchChoice.rate else "concurrency"
+    default_max = 1024.0 if variable == "concurrency" else 1000.0
+    try:
+        return SearchConfig(
+            variable=variable,
+            start=start if start is not None else 1.0,
+            maximum=maximum if maximum is not None else max(default_max, start or 1.0),
+            step=step,
+            repeats=repeats,
+            burstiness=burstiness,
+        )
+    except ValueError as exc:
+        raise _fail_usage(str(exc)) from None
 
 
 async def _run(
