@@ -32,6 +32,7 @@ from tests.slow_asgi import DELAY_HEADER
 # 40 requests, all above the chat TTFT objective (250 ms) at the frontend: enough that p95 is not the slowest one.
 DELAYS_MS = tuple(300 + 20 * (i % 12) for i in range(40))
 TOLERANCE_S = 0.005
+SCHEDULING_S = 0.05  # a single request's stamps may differ by an OS scheduling delay (p50 and p95 may not)
 FRONTEND_TTFT = schema.SLOKIT_METRICS.frontend_latency[Sli.TTFT]
 ENGINE_TTFT = schema.SLOKIT_METRICS.latency[Sli.TTFT]
 
@@ -102,7 +103,9 @@ def test_frontend_ttft_sees_a_starved_api_server_and_pages(
         before = after
         # The engine never saw the time the API server held the request.
         assert frontend[-1] - engine[-1] >= 0.9 * delay_ms / 1000, (frontend[-1], engine[-1], delay_ms)
-        assert frontend[-1] <= ttft + TOLERANCE_S  # the frontend's clock starts after the client's
+        # The frontend's clock starts after the client's; its end is stamped after the server handed the bytes to
+        # the kernel, so on a loaded machine a descheduled server can stamp it a few ms after the client read them.
+        assert frontend[-1] <= ttft + SCHEDULING_S, (frontend[-1], ttft)
     gaps = [round(c - f, 4) for c, f in zip(client, frontend, strict=True)]
     assert abs(_rank(frontend, 0.5) - _rank(client, 0.5)) <= TOLERANCE_S, gaps
     assert abs(_rank(frontend, 0.95) - _rank(client, 0.95)) <= TOLERANCE_S, gaps

@@ -373,7 +373,9 @@ class FastHistogram:
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
-        self.cells: list[float] = [0.0] * (len(self.bounds) + 2)
+        # One float object per cell from the start (not one shared 0.0): memory is the same before and after
+        # a bucket's first observation, so a histogram's footprint does not grow as traffic reaches new buckets.
+        self.cells: list[float] = [float(0) for _ in range(len(self.bounds) + 2)]
 
     def observe(self, value: float) -> None:
         """Count one observation (`le` semantics: a value equal to a bound falls in that bound's bucket)."""
