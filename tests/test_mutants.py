@@ -104,3 +104,31 @@ def test_generated_tests_kill_a_changed_burn_factor_and_a_moved_tier_bucket(prom
     assert [o.status for o in report.outcomes] == ["killed", "killed"], [
         (o.mutant.description, o.status) for o in report.outcomes
     ]
+
+
+@pytest.mark.prometheus
+@pytest.mark.slow
+def test_generated_tests_kill_a_changed_keep_firing_for_and_a_lowered_engine_cause_threshold(
+    promtool_path: str,
+) -> None:
+    """keep_firing_for halved on an engine cause inside a page and doubled on a tier alert, and the queue
+    threshold of the engine cause lowered: the tests check each alert still firing after its condition clears and
+    resolved keep_firing_for later, and put the engine just under its thresholds while a page fires."""
+    spec = _spec("assistant")
+    groups = rule_groups(spec)
+    everything = m.all_mutants(spec, groups)
+
+    def cause(x: m.Mutant) -> bool:
+        return "cause" in getattr(groups[x.group].rules[x.rule], "labels", {})
+
+    halved = next(x for x in everything if x.rule_name == alerts.NAME_QUEUE and cause(x)
+                  and x.description.endswith("halved") and x.operator == "keep_firing_for")  # fmt: skip
+    doubled = next(x for x in everything if x.rule_name == alerts.NAME_ACCEPTABLE
+                   and x.description.endswith("doubled") and x.operator == "keep_firing_for")  # fmt: skip
+    lowered = next(x for x in everything if x.rule_name == alerts.NAME_QUEUE and cause(x)
+                   and x.operator == "number" and x.description.endswith("-> 192"))  # fmt: skip
+    report = m.run_mutants(spec, 3, mutants=[halved, doubled, lowered])
+    assert report.baseline_ok, report.baseline_output
+    assert [o.status for o in report.outcomes] == ["killed"] * 3, [
+        (o.mutant.description, o.status) for o in report.outcomes
+    ]

@@ -941,19 +941,36 @@ def _piecewise(values: Sequence[float]) -> str:
 
 
 def _predict(model: _Model, line: _Timeline, step: int) -> list[tuple[int, bool, bool]]:
-    """(time s, firing, clear) at every evaluation: the rules' state as the model computes it, and whether every
-    deciding input was MARGIN clear of its threshold since the last `for + keep_firing_for + step`."""
+    """(time s, firing, decided) at every evaluation: the rules' state as the model computes it, and whether that
+    state is the same whichever way each undecided evaluation went.
+
+    An evaluation's condition is undecided in the first 10 minutes and wherever a deciding ratio (or the request
+    count of the guard) is within MARGIN of its threshold; the model follows both outcomes of each such evaluation
+    (the set of possible `for`/`keep_firing_for` states), so a check is written wherever every path agrees: e.g.
+    still firing `keep_firing_for` minus a step after the last evaluation that could be true, resolved from the
+    first at or after `keep_firing_for` past the first one that is surely false."""
     rule = model.rule
     hold = _for_seconds(rule)
-    keep = int(parse_duration(rule.keep_firing_for)) if rule.keep_firing_for not in ("", "0s") else 0
+    keep = _keep_seconds(rule)
     out = []
-    since: int | None = None
-    firing = False
-    false_since: int | None = None
-    history: list[tuple[int, bool]] = []
+    # (pending since, firing, false since) of every path the undecided evaluations allow
+    states: set[tuple[int | None, bool, int | None]] = {(None, False, None)}
+
+    def advance(state: tuple[int | None, bool, int | None], t: int, cond: bool) -> tuple[int | None, bool, int | None]:
+        since, firing, false_since = state
+        if cond:
+            since = t if since is None else since
+            return since, firing or t - since >= hold, None
+        if not firing:
+            return None, False, None
+        false_since = t if false_since is None else false_since
+        if t - false_since >= keep:
+            return None, False, None
+        return None, True, false_since
+
     for t in range(0, line.minutes * 60 + 1, step):
         minute = t // 60
-        clear = minute >= 10
+        decided = minute >= 10
         cond = True
         for c in model.conditions:
             s = line.share(minute, c)
@@ -961,28 +978,17 @@ def _predict(model: _Model, line: _Timeline, step: int) -> list[tuple[int, bool,
                 cond = False
                 continue
             if abs(s - c.threshold) <= MARGIN * c.threshold:
-                clear = False
+                decided = False
             cond = cond and (s > c.threshold if c.op == ">" else s < c.threshold)
         if model.guard:
             n = line.requests(minute)
             if abs(n - model.guard) <= 0.05 * model.guard:
-                clear = False
+                decided = False
             cond = cond and n >= model.guard
-        if cond:
-            since = t if since is None else since
-            false_since = None
-            if t - since >= hold:
-                firing = True
-        else:
-            since = None
-            if firing:
-                false_since = t if false_since is None else false_since
-                if t - false_since >= keep:
-                    firing, false_since = False, None
-        history.append((t, clear))
-        horizon = t - hold - keep - step
-        ok = all(c for (u, c) in history if u >= horizon)
-        out.append((t, firing, ok))
+        outcomes = (cond,) if decided else (True, False)
+        states = {advance(state, t, o) for state in states for o in outcomes}
+        firing = {f for _, f, _ in states}
+        out.append((t, True in firing, len(firing) == 1))
     return out
 
 
@@ -999,17 +1005,16 @@ def _state_checks(models: Sequence[_Model], lines: Mapping[tuple[str, str, Sli],
         line = lines.get((r.model or "", r.request_class or "", r.sli or Sli.TTFT))
         if line is None:
             continue
-        states = _predict(model, line, step)
-        times = {states[-1][0]}
-        for (t0, f0, _), (t1, f1, _) in itertools.pairwise(states):
+        decided = [(t, f) for t, f, ok in _predict(model, line, step) if ok and t > 0]
+        times = {decided[-1][0]} if decided else set()
+        # around every change of the decided state: the last evaluation before it and the first after
+        for (t0, f0), (t1, f1) in itertools.pairwise(decided):
             if f0 != f1:
                 times |= {t0, t1}
-        by_time = {t: (f, ok) for t, f, ok in states}
+        by_time = dict(decided)
         for t in sorted(times):
-            firing, ok = by_time[t]
-            if ok and t > 0:
-                tests.append({"expr": _alert_count(r), "eval_time": _dur(t),
-                              "exp_samples": [{"labels": "{}", "value": 1}] if firing else []})  # fmt: skip
+            tests.append({"expr": _alert_count(r), "eval_time": _dur(t),
+                          "exp_samples": [{"labels": "{}", "value": 1}] if by_time[t] else []})  # fmt: skip
     return tests
 
 
@@ -1038,7 +1043,8 @@ def _boundary_segments(spec: Spec, model: _Model, bounds: Sequence[float], minut
                 continue
             out.append([(minutes, _split(bounds, c.above or 0.0, target), RPM)])
         else:  # share at or under `at_most`: under the threshold fires
-            good = min(target, (1 + c.threshold) / 2) if near > 1 else target
+            # over a threshold near 1 (a p95 tier): 3/4 of the way to 1, MARGIN clear of it for thresholds to 0.96
+            good = min(target, c.threshold + (1 - c.threshold) * 0.75) if near > 1 else target
             out.append([(minutes, _split(bounds, c.at_most or 0.0, 1 - good), RPM)])
     return out
 
@@ -1107,8 +1113,36 @@ def _boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     return groups
 
 
+def _keep_seconds(rule: AlertRule) -> int:
+    return int(parse_duration(rule.keep_firing_for)) if rule.keep_firing_for not in ("", "0s") else 0
+
+
+def _keep_times(rule: AlertRule, true_until: int, false_from: int) -> tuple[int, int, int]:
+    """(last evaluation the condition is surely true at, one `keep_firing_for` later, where the alert surely still
+    fires, and `keep_firing_for` after the first evaluation the condition is surely false at, where it is surely
+    resolved) for a condition surely true up to minute `true_until` and surely false from minute `false_from`.
+    Halving keep_firing_for resolves it by the second time where the two evaluations are one step apart;
+    doubling keeps it firing at the third."""
+    step = _STEP.get()
+    last_true = math.floor(true_until * 60 / step) * step
+    first_false = math.ceil(false_from * 60 / step) * step
+    return last_true, last_true + _keep_seconds(rule), first_false + _keep_seconds(rule)
+
+
+def _engine_keep_times(rule: AlertRule, flip: int) -> tuple[int, int, int]:
+    """`_keep_times` of an engine alert whose inputs go from just over to just under its threshold at sample
+    `flip`: an instant gauge (KV cache) is surely false from `flip`; max_over_time(...[1m]) (the queue) one sample
+    later; rate(...[5m]) (preemptions) of the last increase, between samples `flip - 1` and `flip`, while the
+    window (inclusive in Prometheus 2, left-open in 3) surely holds both samples."""
+    if rule.name == alerts_mod.NAME_KV_FULL:
+        return _keep_times(rule, flip - 1, flip)
+    if rule.kind is AlertKind.QUEUE_OVERLOAD:
+        return _keep_times(rule, flip - 1, flip + 1)
+    return _keep_times(rule, flip + 3, flip + 5)
+
+
 def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
-    """Each engine signal just over its threshold for 20m, then just under: one request waiting on a full engine,
+    """Each engine signal just over its threshold for 22m, then just under: one request waiting on a full engine,
     then five waiting on an engine one slot short of full; KV cache just over then just under its threshold;
     preempting 0.1/s, then not at all. The warnings fire during the first part and are resolved after it."""
     metrics = spec.metrics
@@ -1116,7 +1150,9 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
              and schema.RULE_LABEL_CAUSE not in r.labels]  # fmt: skip
     if not rules:
         return []
-    over, under = 20, 25
+    # the first sample under two minutes after an evaluation at the 5m step: each signal's last evaluation over
+    # and first under are one step apart (see `_engine_keep_times`)
+    over, under = 22, 25
     minutes = over + under
     inputs: list[dict[str, str]] = []
     for model in spec.models:
@@ -1141,16 +1177,26 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
         if fires_at(r) + step <= fire_at:
             tests.append({"expr": _alert_count(r), "eval_time": _dur(fire_at),
                           "exp_samples": [{"labels": "{}", "value": 1}]})  # fmt: skip
+            # keep_firing_for: still firing one keep_firing_for after the last evaluation over, resolved one after
+            # the first under
+            _, still, resolved = _engine_keep_times(r, over)
+            if still > fire_at and resolved <= quiet_at:
+                tests += [{"expr": _alert_count(r), "eval_time": _dur(still),
+                           "exp_samples": [{"labels": "{}", "value": 1}]},
+                          {"expr": _alert_count(r), "eval_time": _dur(resolved), "exp_samples": []}]  # fmt: skip
         tests.append({"expr": _alert_count(r), "eval_time": _dur(quiet_at), "exp_samples": []})
-    groups = [{"name": "engines just over every threshold for 20m, then just under", "interval": "1m",
+    groups = [{"name": "engines just over every threshold for 22m, then just under", "interval": "1m",
                "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
     return groups + _engine_cause_groups(spec, all_rules)
 
 
 def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
-    """Every request slow (the SLO pages fire) while every engine is full, queueing, at 99% KV cache and
-    preempting: the engine alerts fire as causes inside the page (severity of the page, cause: engine) and their
-    warning copies stay silent."""
+    """Every request slow (the SLO pages fire) while every engine is just over each threshold (one request waiting
+    on a full engine, KV cache just over its limit, preempting 0.1/s), then from minute `flip` just under (five
+    waiting on an engine one slot short of full, KV cache 10% under its limit, no more preemptions): the engine
+    alerts fire as causes inside the page (severity of the page, cause: engine) and their warning copies stay
+    silent; each cause stays firing `keep_firing_for` after the last evaluation its condition is surely true at and
+    is resolved `keep_firing_for` after the first one it is surely false at."""
     metrics = spec.metrics
     causes = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
               and schema.RULE_LABEL_CAUSE in r.labels]  # fmt: skip
@@ -1162,7 +1208,10 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         return []
     step = _STEP.get()
     at = math.ceil((min(fires_at(r) for r in pages) + 30 * 60) / step) * step
-    minutes = at // 60 + 5
+    flip = at // 60 + 2  # the first sample under: two minutes after an evaluation at the 5m step
+
+    plans = [(r, *_engine_keep_times(r, flip)) for r in causes]
+    minutes = max(p[3] for p in plans) // 60 + 2
     inputs: list[dict[str, str]] = []
     for rc in spec.classes:
         for sli, slo in rc.slos.items():
@@ -1172,18 +1221,29 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
                 inputs += _histogram_inputs(spec, model_name, rc, sli, Scenario({}), minutes)[0]
     for model in spec.models:
         m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
+        kv = next((r for r in causes if r.model == model.name and r.name == alerts_mod.NAME_KV_FULL), None)
+        limit = _num(r"> ([0-9.e+-]+)", kv.expr) if kv is not None else None
+        kv_over = (limit + (1 - limit) / 2) if limit is not None else 0.5
+        kv_under = limit * (1 - NEAR) if limit is not None else 0.5
+        full = model.max_num_seqs
+        after = minutes - flip + 1
         inputs += [
-            {"series": selector(metrics.requests_waiting, m), "values": f"5x{minutes}"},
-            {"series": selector(metrics.requests_running, m), "values": f"{model.max_num_seqs}x{minutes}"},
-            *_optional(metrics.kv_cache_usage, m, f"0.99x{minutes}"),
-            *_optional(metrics.preemptions, m, _series_values(60, minutes)),
+            {"series": selector(metrics.requests_waiting, m), "values": f"1x{flip - 1} 5x{after - 1}"},
+            {"series": selector(metrics.requests_running, m), "values": f"{full}x{flip - 1} {full - 1}x{after - 1}"},
+            *_optional(metrics.kv_cache_usage, m, f"{number(kv_over)}x{flip - 1} {number(kv_under)}x{after - 1}"),
+            *_optional(metrics.preemptions, m, _piecewise([6.0 * min(i, flip) for i in range(minutes + 1)])),
             {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
-        ]
-    tests = [{"expr": _alert_count(r), "eval_time": _dur(at), "exp_samples": [{"labels": "{}", "value": 1}]}
-             for r in causes]  # fmt: skip
-    tests += [{"expr": _alert_count(r), "eval_time": _dur(at), "exp_samples": []} for r in warnings]
-    return [{"name": "pages firing while every engine is full: the engine alerts fire inside the page, not as "
-                     "warnings", "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
+        ]  # fmt: skip
+    tests = []
+    for r, last_true, still, resolved in plans:
+        for t, fires in ((last_true, True), (still, True), (resolved, False)):
+            tests.append({"expr": _alert_count(r), "eval_time": _dur(t),
+                          "exp_samples": [{"labels": "{}", "value": 1}] if fires else []})  # fmt: skip
+    end = max(p[3] for p in plans)
+    tests += [{"expr": _alert_count(r), "eval_time": _dur(t), "exp_samples": []} for r in warnings for t in (at, end)]
+    return [{"name": "pages firing while every engine is just over each threshold, then just under from minute "
+                     f"{flip}: the engine alerts fire inside the page, not as warnings, and resolve keep_firing_for "
+                     "after", "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
 
 
 def _p99_shares(bounds: Sequence[float], target: float) -> dict[int, float] | None:
@@ -1238,7 +1298,13 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         pending = before + _for_seconds(r)  # true from the first evaluation after the change at the latest
         firing = math.floor((history + part) * 60 / step) * step
         end = math.floor(minutes * 60 / step) * step
-        for at, fires in ((before, False), (pending, False), (firing, True), (end, False)):
+        checks = [(before, False), (pending, False), (firing, True), (end, False)]
+        # keep_firing_for: p99 over 5m (rates of 5m) is surely over until the first part's last minute and surely
+        # under from 5m into the second part
+        _, still, resolved = _keep_times(r, history + part, history + part + 5)
+        if resolved < end:
+            checks += [(still, True), (resolved, False)]
+        for at, fires in checks:
             tests.append({"expr": _alert_count(r), "eval_time": _dur(at),
                           "exp_samples": [{"labels": "{}", "value": 1}] if fires else []})  # fmt: skip
     if not tests:
