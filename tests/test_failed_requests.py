@@ -272,13 +272,12 @@ def _abandon_round(server: VllmServer) -> _Round:
             sock.sendall(_completion(server, "chat", 8, stream=True))
             sockets.append(sock)
         trace.append("chat requests sent")
-        waiting = _wait(server, lambda s: _chat(s, schema.SLOKIT_CLASS_REQUESTS_WAITING) >= ABANDONED, 120, trace)
+        waiting = _wait(server, lambda s: _chat(s, schema.SLOKIT_CLASS_REQUESTS_WAITING) >= ABANDONED, 60, trace)
         queued = _chat(waiting, schema.SLOKIT_CLASS_REQUESTS_WAITING)
         for sock in sockets:  # the clients give up before any byte of the answer: the connection is reset
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
         sockets.clear()
-        assert queued >= MIN_SEEN, (queued, len(done), trace[:20], trace[-5:])
         # The engine's sweep runs every SWEEP_INTERVAL_S while it works; on a loaded machine the API server takes
         # a while to see the closed sockets and vLLM to abort, so the deadline is generous (it returns as soon).
         trace.append("chat clients gone")
@@ -304,12 +303,16 @@ def test_clients_gone_before_the_first_token_are_bad_ttft_events_of_their_class(
     # vLLM's doing; now and then (a loaded machine) it misses all of them and answers them as if nobody left. Up
     # to ROUNDS rounds, until one has at least MIN_SEEN noticed; every round's accounting is checked the same way.
     rounds: list[_Round] = []
+    # A round whose chat requests were never seen waiting together (on a loaded machine the engine can drain the
+    # blockers before they arrive, and they are served) abandoned nothing while queued: it is run again too.
     for _ in range(ROUNDS):
         rounds.append(_abandon_round(vllm_server))
         last = rounds[-1]
-        if _chat(last.after, frontend_failed) - _chat(last.before, frontend_failed) >= MIN_SEEN:
+        noticed = _chat(last.after, frontend_failed) - _chat(last.before, frontend_failed)
+        if last.queued >= MIN_SEEN and noticed >= MIN_SEEN:
             break
     before, after, queued, trace = rounds[-1].before, rounds[-1].after, rounds[-1].queued, rounds[-1].trace
+    assert queued >= MIN_SEEN, ([r.queued for r in rounds], trace[:20], trace[-5:])
 
     def grew(name: str, **labels: str) -> float:
         return _chat(after, name, **labels) - _chat(before, name, **labels)
