@@ -17,6 +17,7 @@ from typing import Final
 from slokit import schema
 from slokit.distributions import Distribution
 from slokit.schema import MeasuredAt, Sli, Source
+from slokit.units import format_duration
 
 SPEC_VERSION: Final = "slokit/v1"
 PERCENTILES: Final = MappingProxyType({"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p99.9": 0.999})
@@ -94,6 +95,15 @@ class Tiers:
         """One tier by name (target, acceptable or critical)."""
         value: Mapping[str, float] = getattr(self, name)
         return value
+
+    def in_words(self) -> list[str]:
+        """Each percentile's thresholds in words ("p95: target 2s, acceptable 4s"), for dashboards and runbooks."""
+        lines = []
+        for pct in PERCENTILES:
+            named = [f"{tier} {format_duration(self.tier(tier)[pct])}" for tier in TIER_NAMES if pct in self.tier(tier)]
+            if named:
+                lines.append(f"{pct}: " + ", ".join(named))
+        return lines
 
     def thresholds(self) -> list[float]:
         """Every threshold named in any tier."""

@@ -221,14 +221,7 @@ def _burn_panel(spec: Spec, board: Board, rc: RequestClass, slo: SloSpec) -> Non
 
 def _tier_lines(slo: SloSpec) -> list[str]:
     """Each percentile's tier thresholds in words ("p95: target 2s, acceptable 4s") for the panel description."""
-    lines = []
-    for pct in PERCENTILES:
-        named = [
-            f"{tier} {format_duration(slo.tiers.tier(tier)[pct])}" for tier in TIER_NAMES if pct in slo.tiers.tier(tier)
-        ]
-        if named:
-            lines.append(f"{pct}: " + ", ".join(named))
-    return lines
+    return slo.tiers.in_words()
 
 
 def _tier_panel(spec: Spec, board: Board, rc: RequestClass, slo: SloSpec) -> None:

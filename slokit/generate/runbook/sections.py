@@ -15,8 +15,6 @@ from slokit.generate.runbook.model import Section
 from slokit.generate.runbook.steps import guide
 from slokit.generate.runbook.template import prose
 from slokit.schema import Sli
-from slokit.spec import PERCENTILES, TIER_NAMES
-from slokit.units import format_duration
 
 _USER_EFFECT: Final[Mapping[Sli | None, str]] = {
     Sli.TTFT: "a longer wait before the first token appears",
@@ -50,13 +48,7 @@ def _who(rule: AlertRule) -> str:
 
 
 def tier_text(slo: Any) -> str:
-    parts = []
-    for pct in PERCENTILES:
-        named = [
-            f"{tier} {format_duration(slo.tiers.tier(tier)[pct])}" for tier in TIER_NAMES if pct in slo.tiers.tier(tier)
-        ]
-        if named:
-            parts.append(f"{pct}: " + ", ".join(named))
+    parts = slo.tiers.in_words()
     return ("Tiers: " + "; ".join(parts) + ".") if parts else ""
 
 
