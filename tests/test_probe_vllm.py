@@ -57,10 +57,11 @@ def test_probe_measures_real_vllm_streams(vllm_server: VllmServer, engine_spec_p
 def test_cli_against_real_vllm(vllm_server: VllmServer, engine_spec_path: object) -> None:
     argv = [
         "probe", vllm_server.base_url, "--spec", str(engine_spec_path), "--class", "chat",
-        "-c", "2", "-n", "4", "--output-tokens", "4", "--json",
+        "-c", "2", "-n", "4", "--output-tokens", "4", "--json", "--duration", "300s",
     ]  # fmt: skip
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["model"] == vllm_server.served_model_name
-    assert doc["levels"][0]["succeeded"] == 4 and doc["levels"][0]["failures"] == {}
+    level = doc["levels"][0]
+    assert level["succeeded"] == 4 and level["failures"] == {}, {k: level[k] for k in ("requests", "stopped_by")}

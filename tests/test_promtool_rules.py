@@ -37,6 +37,36 @@ def test_promtool_check_and_unit_tests_pass(spec_path: Path, tmp_path: Path, pro
     assert "SUCCESS" in checked.output
     tested = run_rule_tests([tmp_path / "rules" / f"{service}.rules.test.yaml"])
     assert tested.ok, tested.output[-6000:]
+    counters = tmp_path / "rules" / f"{service}.rules.counters.test.yaml"
+    assert counters.exists()
+    tested = run_rule_tests([counters])
+    assert tested.ok, tested.output[-6000:]
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (") >= 0\n", ") >= 1\n"),  # a series standing still is read as a restart: its whole counter is counted
+        ("[1h:5m] offset 5m", "[30m:5m] offset 5m"),  # a series back after 40m counts its whole history again
+        ("[15m:5m] offset 5m", "[450s:5m] offset 5m"),  # a 20m scrape gap is no longer bridged
+        ("[5m]) - ignoring", "[10m]) - ignoring"),  # a crash loop's earlier restart counted twice
+        ("offset 5m or ignoring", "offset 150s or ignoring"),  # a 2.5m increase read as the 5m one
+    ],
+    ids=["flat-is-restart", "seen-30m", "gap-450s", "reset-10m", "offset-150s"],
+)
+def test_counters_tests_fail_on_broken_counting(old: str, new: str, tmp_path: Path, promtool_path: str) -> None:
+    """Each change breaks the 5m increases only where scrapes are missed, pods restart or join: the main test file's
+    clean traffic may not notice, the counters file must."""
+    service = _generate(EXAMPLES[0], tmp_path)
+    rules = tmp_path / "rules" / f"{service}.rules.yaml"
+    text = rules.read_text()
+    assert old in text, old
+    rules.write_text(text.replace(old, new))
+    assert check_rule_files([rules]).ok
+    tested = run_rule_tests([tmp_path / "rules" / f"{service}.rules.counters.test.yaml"])
+    assert not tested.ok, tested.output[-2000:]
+    assert "slokit:sli_" in tested.output or "slokit_series" in tested.output
 
 
 @pytest.mark.prometheus

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from slokit.generate import alertmanager, dashboards, k8s, promtool_tests, rules, runbook
+from slokit.generate import alertmanager, counter_tests, dashboards, k8s, promtool_tests, rules, runbook
 from slokit.generate.engines import DEFAULT, Engine
 from slokit.generate.writer import render
 from slokit.spec import Spec
@@ -21,6 +21,7 @@ Generator = Callable[[Spec], Mapping[str, Any]]
 GENERATORS: tuple[Generator, ...] = (
     rules.files,
     promtool_tests.files,
+    counter_tests.files,
     dashboards.files,
     runbook.files,
     k8s.files,
@@ -39,7 +40,7 @@ def _generators(engine: Engine) -> tuple[Generator, ...]:
     return tuple(
         (lambda spec: rules.files(spec, engine)) if g is rules.files else g
         for g in GENERATORS
-        if g is not promtool_tests.files
+        if g not in (promtool_tests.files, counter_tests.files)
     )
 
 

@@ -425,9 +425,9 @@ def mutated_rule_file(groups: Sequence[RuleGroup], mutant: Mutant) -> dict[str, 
 # Running
 # ==============================================================================================================
 def _run_one(
-    rules_text: str, tests_text: str, rules_name: str, timeout: float
+    rules_text: str, tests: Mapping[str, str], rules_name: str, timeout: float
 ) -> tuple[str, float, str]:  # fmt: skip
-    """(status, seconds, output) of promtool on one rule file and the spec's test file."""
+    """(status, seconds, output) of promtool on one rule file and the spec's test files (name -> text)."""
     import subprocess
 
     from slokit.local.prometheus import PROMTOOL_BINARY, _require_binary
@@ -437,18 +437,24 @@ def _run_one(
     with tempfile.TemporaryDirectory(prefix="slokit-mutant-") as folder:
         root = Path(folder)
         (root / rules_name).write_text(rules_text, encoding="utf-8")
-        (root / "tests.yaml").write_text(tests_text, encoding="utf-8")
+        for name, text in tests.items():
+            (root / name).write_text(text, encoding="utf-8")
         check = subprocess.run([promtool, "check", "rules", rules_name], cwd=root, capture_output=True, text=True,
                                timeout=timeout, check=False)  # fmt: skip
         if check.returncode != 0:
             return "invalid", time.monotonic() - started, check.stdout + check.stderr
-        try:
-            done = subprocess.run([promtool, "test", "rules", "tests.yaml"], cwd=root, capture_output=True,
-                                  text=True, timeout=timeout, check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return "timeout", time.monotonic() - started, ""
-    status = "survived" if done.returncode == 0 else "killed"
-    return status, time.monotonic() - started, (done.stdout + done.stderr)[-2000:]
+        output = ""
+        for name in tests:  # one file at a time, in order: the first that fails kills the mutant
+            left = timeout - (time.monotonic() - started)
+            try:
+                done = subprocess.run([promtool, "test", "rules", name], cwd=root, capture_output=True,
+                                      text=True, timeout=max(left, 1.0), check=False)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                return "timeout", time.monotonic() - started, output
+            output = (done.stdout + done.stderr)[-2000:]
+            if done.returncode != 0:
+                return "killed", time.monotonic() - started, output
+    return "survived", time.monotonic() - started, output
 
 
 def run_mutants(
@@ -458,23 +464,26 @@ def run_mutants(
     """Sample `n` mutants of the spec's generated rules and run the spec's generated tests on each.
 
     The unmutated rules run first; when they fail their own tests nothing else runs (`baseline_ok` False)."""
-    from slokit.generate import promtool_tests
+    from slokit.generate import counter_tests, promtool_tests
     from slokit.generate.rules import rule_groups, rules_path
     from slokit.generate.writer import to_yaml
 
     groups = rule_groups(spec)
     rules_name = rules_path(spec).removeprefix("rules/")
-    tests_text = to_yaml(promtool_tests.unit_tests(spec))
+    tests = {"tests.yaml": to_yaml(promtool_tests.unit_tests(spec))}
+    counters = counter_tests.unit_tests(spec)
+    if counters is not None:  # first: it runs in seconds and fails most mutants of the counting
+        tests = {"counters.yaml": to_yaml(counters), **tests}
     chosen = list(mutants) if mutants is not None else sample(all_mutants(spec, groups), n, seed)
     report = Report()
-    status, _, output = _run_one(to_yaml({"groups": [g.to_data() for g in groups]}), tests_text, rules_name, timeout)
+    status, _, output = _run_one(to_yaml({"groups": [g.to_data() for g in groups]}), tests, rules_name, timeout)
     if status != "survived":
         report.baseline_ok, report.baseline_output = False, output
         return report
 
     def one(mutant: Mutant) -> Outcome:
         text = to_yaml(mutated_rule_file(groups, mutant))
-        status, seconds, output = _run_one(text, tests_text, rules_name, timeout)
+        status, seconds, output = _run_one(text, tests, rules_name, timeout)
         return Outcome(mutant, status, seconds, output)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

@@ -38,6 +38,7 @@ VictoriaMetrics answers as of the evaluation time instead of `-search.latencyOff
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -264,6 +265,18 @@ TILE_SEEN: Final = 3600.0
 TILE_SEEN_STEP: Final = BASE_WINDOW  # within the instant lookback (5m), so the steps cover the hour
 
 
+_MATCHER: Final = re.compile(r'(\w+)(=~|!=|!~|=)"((?:[^"\\]|\\.)*)"')
+
+
+def _narrower(raw: str, other: str) -> bool:
+    """Whether selector `raw` picks a strict subset of `other`'s series: the same metric, and every matcher of
+    `other` among `raw`'s."""
+    name, _, inner = raw.partition("{")
+    other_name, _, other_inner = other.partition("{")
+    mine, theirs = set(_MATCHER.findall(inner)), set(_MATCHER.findall(other_inner))
+    return name == other_name and raw != other and theirs < mine
+
+
 class Tiles:
     """Builds the 5m tiles' per-series deltas and remembers the raw counters they read, for the counter record."""
 
@@ -298,12 +311,14 @@ class Tiles:
         return f"({cur} - {own} {prev}) >= 0\n  or\n  ({reset})\n  or\n  {new}"
 
     def counter_rule(self) -> RecordingRule:
-        """The last sample over TILE_LOOKBACK of every raw counter series the tiles read."""
+        """The last sample over TILE_LOOKBACK of every raw counter series the tiles read, one term per selector
+        that no other term's series include (TTFT's `stream="true"` failures are among E2E's)."""
         look = prom_duration(TILE_LOOKBACK)
         terms = [
             f'label_replace(last_over_time({raw}[{look}]), "{schema.RULE_LABEL_COUNTER}", '
             f'{promql.quote(raw.partition("{")[0])}, "", "")'
             for raw in self.raws
+            if not any(_narrower(raw, other) for other in self.raws)
         ]
         labels = {schema.RULE_LABEL_COUNTER_SERVICE: self.service}
         return RecordingRule(schema.RECORD_COUNTER_LAST, _union(terms), labels)
