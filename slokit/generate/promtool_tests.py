@@ -1262,15 +1262,21 @@ def _p99_shares(bounds: Sequence[float], target: float) -> dict[int, float] | No
 
 def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """The baseline from raw history: `offset` of steady latency, then 25m with p99 10% over ratio x that day's
-    p99, then 25m 10% under it. Fires in the first part, resolved in the second. A median-of-days baseline reads
-    the one day that exists (the median of one value): a week of history at the tests' step would take minutes."""
+    p99, then 25m 10% under it, then 25m over again where the day before had fewer requests than `min_rps` (half
+    of it). Fires in the first part, resolved in the second, silent in the third (no baseline from too little
+    traffic). A median-of-days baseline reads the one day that exists (the median of one value): a week of history
+    at the tests' step would take minutes."""
     rules = [r for r in all_rules if r.kind is AlertKind.BASELINE]
     if not rules:
         return []
     base = spec.alerting.baseline
     history = int(base.offset // 60)
     part = 25
-    minutes = history + 2 * part
+    minutes = history + 3 * part
+    # requests a minute: steady, but under min_rps the day before the third part
+    low = base.min_rps * 60 / 2
+    per_minute = [low if 2 * part <= m < 3 * part else float(RPM) for m in range(minutes)]
+    finished = _piecewise([sum(per_minute[:m]) for m in range(minutes + 1)])
     step = _STEP.get()
     inputs: list[dict[str, str]] = []
     tests: list[dict[str, Any]] = []
@@ -1288,17 +1294,18 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         under = _p99_shares(bounds, base.ratio * p99_0 * (1 - NEAR))
         if over is None or under is None:
             continue
-        line = _Timeline(bounds, [(history, {0: 1.0}, RPM), (part, over, RPM), (part, under, RPM)])
+        line = _Timeline(bounds, [(history, {0: 1.0}, RPM), (part, over, RPM), (part, under, RPM), (part, over, RPM)])
         inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, r.model, rc, sli),
                               _le_writer(spec, rc, sli))  # fmt: skip
         if (r.model, rc.name) not in seen:
             seen.add((r.model, rc.name))
-            inputs.append(_requests_input(spec, r.model, rc, RPM, minutes))
+            inputs.append({**_requests_input(spec, r.model, rc, RPM, minutes), "values": finished})
         before = math.floor(history * 60 / step) * step
         pending = before + _for_seconds(r)  # true from the first evaluation after the change at the latest
         firing = math.floor((history + part) * 60 / step) * step
-        end = math.floor(minutes * 60 / step) * step
-        checks = [(before, False), (pending, False), (firing, True), (end, False)]
+        end = math.floor((history + 2 * part) * 60 / step) * step
+        thin = math.floor(minutes * 60 / step) * step  # over again, but no baseline: the day before was too quiet
+        checks = [(before, False), (pending, False), (firing, True), (end, False), (thin, False)]
         # keep_firing_for: p99 over 5m (rates of 5m) is surely over until the first part's last minute and surely
         # under from 5m into the second part
         _, still, resolved = _keep_times(r, history + part, history + part + 5)
@@ -1310,7 +1317,8 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     if not tests:
         return []
     name = (f"baseline from raw history: {prom_duration(history * 60)} with p99 in the first bucket, then p99 "
-            f"{NEAR:.0%} over {number(base.ratio)}x it for {part}m, then {NEAR:.0%} under for {part}m")  # fmt: skip
+            f"{NEAR:.0%} over {number(base.ratio)}x it for {part}m, then {NEAR:.0%} under for {part}m, then over "
+            f"for {part}m where the day before had under min_rps: silent")  # fmt: skip
     return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
 
 
