@@ -77,6 +77,8 @@ REPLICAS: Final = (
     _Replica("b", tuple(range(33, MINUTES + 1)), range(31, MINUTES + 1), (), (3, 1, 1, 1)),
     # scraped at 0 and 1, then gone for 40 minutes: back at 41, the requests of its gap are lost
     _Replica("c", (0, 1, *range(41, MINUTES + 1)), range(1, MINUTES + 1), (), (4, 1, 1, 2)),
+    # unscraped for 23 minutes: back at 31, just past what the gap lookup reaches, so the gap's requests are lost
+    _Replica("e", (*range(0, 8), *range(31, MINUTES + 1)), range(1, MINUTES + 1), (), (1, 2, 1, 1)),
 )
 CHECK_TIMES: Final = (3.5, 6.5, 10.5, 15.5, 20.5, 21.5, 22.5, *(m + 0.5 for m in range(26, MINUTES + 1)))
 # where the per-series record is checked: a and d unscraped for 14.5 and 12.5 minutes, then a for 16.5
@@ -265,9 +267,9 @@ def unit_tests(spec: Spec) -> dict[str, Any] | None:
             tests.append(_check(record, spec.service, end,
                                 [(s.labels, _window_sum(getattr(s, pick), end, window)) for s in slos]))  # fmt: skip
     name = ("counters as production leaves them: replica a unscraped for 20m (restarting unseen), then "
-            "crash-looping; replica d unscraped for 20m, then drained; replica b joining with requests already "
-            "counted; replica c gone for 40m; 5m counts checked every half minute from minute 26, every window's "
-            "at the end")  # fmt: skip
+            "crash-looping; replica d unscraped for 20m, then drained; replica e unscraped for 23m; replica b "
+            "joining with requests already counted; replica c gone for 40m; 5m counts checked every half minute "
+            "from minute 26, every window's at the end")  # fmt: skip
     return {
         "rule_files": [rules_path(spec).removeprefix("rules/")],
         "evaluation_interval": f"{STEP_S}s",

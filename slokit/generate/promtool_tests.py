@@ -25,7 +25,7 @@ from typing import Any, Final
 from slokit import schema
 from slokit.generate import alerts as alerts_mod
 from slokit.generate import queries
-from slokit.generate.model import AlertKind, AlertRule
+from slokit.generate.model import AlertKind, AlertRule, RecordingRule
 from slokit.generate.rules import failure_terms, rule_groups, rules_path
 from slokit.promql import number, selector
 from slokit.schema import Sli
@@ -468,11 +468,28 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
                               "exp_samples": [{"labels": selector(record, matchers), "value": 0}]})  # fmt: skip
     if exprs:
         zero["promql_expr_test"] = exprs
+    # healthy: every window's error ratio 0 (not a floor of one bad request), read at the end
+    prefix = schema.record_error_ratio("")
+    windows = sorted({r.record.removeprefix(prefix) for g in rule_groups(spec) for r in g.rules
+                      if isinstance(r, RecordingRule) and r.record.startswith(prefix)}, key=parse_duration)  # fmt: skip
+    calm = []
+    for rc, sli, slo, model in slos:
+        if slo.objective is None:
+            continue
+        matchers = sorted((k2, "=", v) for k2, v in _slo_series_labels(spec, model, rc, sli).items())
+        calm += [{"expr": selector(schema.record_error_ratio(w), matchers), "eval_time": _dur(end),
+                  "exp_samples": [{"labels": selector(schema.record_error_ratio(w), matchers), "value": 0}]}
+                 for w in windows]  # fmt: skip
+    healthy_group: dict[str, Any] = {
+        "name": "healthy: every request in the highest bucket under every alerting threshold; error ratios 0",
+        "interval": "1m", "input_series": healthy, "alert_rule_test": _silent([*firing, *quiet_consistency], end),
+    }  # fmt: skip
+    if calm:
+        healthy_group["promql_expr_test"] = calm
     groups: list[dict[str, Any]] = [
         {"name": name, "interval": "1m", "input_series": slow,
          "alert_rule_test": _checks(firing, firing, lambda r: values[id(r)])},
-        {"name": "healthy: every request in the highest bucket under every alerting threshold", "interval": "1m",
-         "input_series": healthy, "alert_rule_test": _silent([*firing, *quiet_consistency], end)},
+        healthy_group,
         zero,
     ]  # fmt: skip
     if consistency:
