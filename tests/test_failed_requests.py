@@ -266,7 +266,9 @@ def _abandon_round(server: VllmServer) -> _Round:
         # Every engine slot busy and at least three rounds of blockers queued (the engine may already have finished
         # some: how fast it decodes depends on the machine), then the chat requests queue behind them.
         ahead = batch_waiting(_wait(server, lambda s: batch_waiting(s) >= QUEUED_AHEAD, 120, trace))
-        assert ahead >= QUEUED_AHEAD, (ahead, len(done))
+        # Blockers all done before QUEUED_AHEAD waited at once (a fast or a starved engine): the chat requests may
+        # not queue, and such a round is run again (see the caller); it goes on so its accounting is still checked.
+        trace.append(f"blockers waiting {ahead}, done {len(done)}")
         for _ in range(ABANDONED):
             sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
             sock.sendall(_completion(server, "chat", 8, stream=True))
