@@ -64,4 +64,5 @@ def test_cli_against_real_vllm(vllm_server: VllmServer, engine_spec_path: object
     doc = json.loads(result.stdout)
     assert doc["model"] == vllm_server.served_model_name
     level = doc["levels"][0]
-    assert level["succeeded"] == 4 and level["failures"] == {}, {k: level[k] for k in ("requests", "failed", "failures", "stopped_by")}
+    shown = {k: level[k] for k in ("requests", "failed", "failures", "stopped_by")}
+    assert level["succeeded"] == 4 and level["failures"] == {}, shown
