@@ -26,15 +26,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from slokit import schema
-from slokit.generate.model import RecordingRule
 from slokit.generate.promtool_tests import (
     _failure_series,
     _histogram_labels,
     _le_text,
     _piecewise,
     _replica,
+    record_windows,
 )
-from slokit.generate.rules import rule_groups, rules_path
+from slokit.generate.rules import BASE_WINDOW, TILE_LOOKBACK, TILE_SEEN, rule_groups, rules_path
 from slokit.promql import selector
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
@@ -42,9 +42,11 @@ from slokit.units import parse_duration
 
 STEP_S: Final = 30  # the short group's interval
 MINUTES: Final = 45
-LOOKBACK: Final = 15  # minutes a sample stands for (schema.RECORD_COUNTER_LAST)
-SEEN: Final = 60  # minutes back a series counts as seen (not new)
-TILE: Final = 5  # minutes of the base tile and of the rules' lookup steps
+# The rules' counting contract in minutes (rules.py): how long a sample stands for (schema.RECORD_COUNTER_LAST), how
+# far back a series counts as seen (not new), the base tile and the step of the rules' lookups.
+LOOKBACK: Final = int(TILE_LOOKBACK // 60)
+SEEN: Final = int(TILE_SEEN // 60)
+TILE: Final = int(BASE_WINDOW // 60)
 
 
 @dataclass(frozen=True)
@@ -215,14 +217,6 @@ def _slo(spec: Spec, rc: RequestClass, sli: Sli, model: str, inputs: dict[str, d
     return out
 
 
-def _windows(spec: Spec) -> list[str]:
-    """The windows of the event-count records, shortest first (e.g. 5m, 10m, 30m, 1h, ..., 4w)."""
-    prefix = schema.record_sli_total("")
-    found = {r.record.removeprefix(prefix) for g in rule_groups(spec) for r in g.rules
-             if isinstance(r, RecordingRule) and r.record.startswith(prefix)}  # fmt: skip
-    return sorted(found, key=parse_duration)
-
-
 def _window_sum(series: Sequence[Mapping[int, int]], t: float, window: str) -> int | None:
     """A window's count: its 5m tiles at t, t - 5m, ... while they exist (evaluations start at 0)."""
     tiles = int(parse_duration(window) // (TILE * 60))
@@ -262,7 +256,7 @@ def unit_tests(spec: Spec) -> dict[str, Any] | None:
             tests.append(_check(record, spec.service, t, [(s.labels, _sum(getattr(s, pick), t)) for s in slos]))
     tests += [_recorded(spec, slos, t) for t in RECORD_TIMES]
     end = CHECK_TIMES[-1]
-    for window in _windows(spec)[1:]:
+    for window in record_windows(spec, schema.record_sli_total)[1:]:
         for record, pick in ((schema.record_sli_total(window), "total"), (schema.record_sli_good(window), "good")):
             tests.append(_check(record, spec.service, end,
                                 [(s.labels, _window_sum(getattr(s, pick), end, window)) for s in slos]))  # fmt: skip

@@ -344,6 +344,14 @@ def _minutes_for(rules: Sequence[AlertRule]) -> int:
 # ==============================================================================================================
 # Test groups
 # ==============================================================================================================
+def record_windows(spec: Spec, record: Callable[[str], str]) -> list[str]:
+    """The windows the spec's rules record `record(window)` for, shortest first (e.g. 5m, 10m, ..., 4w)."""
+    prefix = record("")
+    found = {r.record.removeprefix(prefix) for g in rule_groups(spec) for r in g.rules
+             if isinstance(r, RecordingRule) and r.record.startswith(prefix)}  # fmt: skip
+    return sorted(found, key=parse_duration)
+
+
 def _slo_series_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> dict[str, str]:
     return {"service": spec.service, "model": model, "class": rc.name, "slo": sli.value}
 
@@ -469,9 +477,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     if exprs:
         zero["promql_expr_test"] = exprs
     # healthy: every window's error ratio 0 (not a floor of one bad request), read at the end
-    prefix = schema.record_error_ratio("")
-    windows = sorted({r.record.removeprefix(prefix) for g in rule_groups(spec) for r in g.rules
-                      if isinstance(r, RecordingRule) and r.record.startswith(prefix)}, key=parse_duration)  # fmt: skip
+    windows = record_windows(spec, schema.record_error_ratio)
     calm = []
     for rc, sli, slo, model in slos:
         if slo.objective is None:
@@ -810,7 +816,9 @@ def files(spec: Spec) -> dict[str, Any]:
     return {f"rules/{spec.service}.rules.test.yaml": unit_tests(spec)}
 
 
-__all__ = ["expand", "files", "fires_at", "histogram_quantile", "humanize_duration", "unit_tests"]
+__all__ = [
+    "expand", "files", "fires_at", "histogram_quantile", "humanize_duration", "record_windows", "unit_tests",
+]  # fmt: skip
 
 
 # ==============================================================================================================
@@ -1289,10 +1297,12 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     base = spec.alerting.baseline
     history = int(base.offset // 60)
     part = 25
-    minutes = history + 3 * part
+    # the third part only where the day before it lies in the history, not in the test's own parts
+    quiet_day = history >= 3 * part
+    minutes = history + (3 if quiet_day else 2) * part
     # requests a minute: steady, but under min_rps the day before the third part
     low = base.min_rps * 60 / 2
-    per_minute = [low if 2 * part <= m < 3 * part else float(RPM) for m in range(minutes)]
+    per_minute = [low if quiet_day and 2 * part <= m < 3 * part else float(RPM) for m in range(minutes)]
     finished = _piecewise([sum(per_minute[:m]) for m in range(minutes + 1)])
     step = _STEP.get()
     inputs: list[dict[str, str]] = []
@@ -1311,7 +1321,8 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         under = _p99_shares(bounds, base.ratio * p99_0 * (1 - NEAR))
         if over is None or under is None:
             continue
-        line = _Timeline(bounds, [(history, {0: 1.0}, RPM), (part, over, RPM), (part, under, RPM), (part, over, RPM)])
+        parts = [(part, over, RPM), (part, under, RPM), *([(part, over, RPM)] if quiet_day else [])]
+        line = _Timeline(bounds, [(history, {0: 1.0}, RPM), *parts])
         inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, r.model, rc, sli),
                               _le_writer(spec, rc, sli))  # fmt: skip
         if (r.model, rc.name) not in seen:
@@ -1322,7 +1333,9 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         firing = math.floor((history + part) * 60 / step) * step
         end = math.floor((history + 2 * part) * 60 / step) * step
         thin = math.floor(minutes * 60 / step) * step  # over again, but no baseline: the day before was too quiet
-        checks = [(before, False), (pending, False), (firing, True), (end, False), (thin, False)]
+        checks = [(before, False), (pending, False), (firing, True), (end, False)]
+        if quiet_day:
+            checks.append((thin, False))
         # keep_firing_for: p99 over 5m (rates of 5m) is surely over until the first part's last minute and surely
         # under from 5m into the second part
         _, still, resolved = _keep_times(r, history + part, history + part + 5)
@@ -1334,8 +1347,9 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     if not tests:
         return []
     name = (f"baseline from raw history: {prom_duration(history * 60)} with p99 in the first bucket, then p99 "
-            f"{NEAR:.0%} over {number(base.ratio)}x it for {part}m, then {NEAR:.0%} under for {part}m, then over "
-            f"for {part}m where the day before had under min_rps: silent")  # fmt: skip
+            f"{NEAR:.0%} over {number(base.ratio)}x it for {part}m, then {NEAR:.0%} under for {part}m")  # fmt: skip
+    if quiet_day:
+        name += f", then over for {part}m where the day before had under min_rps: silent"
     return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
 
 
