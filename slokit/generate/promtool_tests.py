@@ -1288,9 +1288,9 @@ def _p99_shares(bounds: Sequence[float], target: float) -> dict[int, float] | No
 def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """The baseline from raw history: `offset` of steady latency, then 25m with p99 10% over ratio x that day's
     p99, then 25m 10% under it, then 25m over again where the day before had fewer requests than `min_rps` (half
-    of it). Fires in the first part, resolved in the second, silent in the third (no baseline from too little
-    traffic). A median-of-days baseline reads the one day that exists (the median of one value): a week of history
-    at the tests' step would take minutes."""
+    of it over every alert's series). Fires in the first part, resolved in the second, silent in the third (no
+    baseline from too little traffic). A median-of-days baseline reads the one day that exists (the median of one
+    value): a week of history at the tests' step would take minutes."""
     rules = [r for r in all_rules if r.kind is AlertKind.BASELINE]
     if not rules:
         return []
@@ -1298,11 +1298,16 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     history = int(base.offset // 60)
     part = 25
     # the third part only where the day before it lies in the history, not in the test's own parts
-    quiet_day = history >= 3 * part
+    quiet_day = history >= 3 * part and base.min_rps > 0
     minutes = history + (3 if quiet_day else 2) * part
-    # requests a minute: steady, but under min_rps the day before the third part
-    low = base.min_rps * 60 / 2
+    # requests a minute: steady, but under min_rps the day before the third part, even where one class's
+    # selector also reads every other class's series (imported SLOs whose selectors overlap)
+    low = base.min_rps * 60 / (2 * len(rules))
     per_minute = [low if quiet_day and 2 * part <= m < 3 * part else float(RPM) for m in range(minutes)]
+    # the histograms count the same requests: the request rate the guard reads may come from either
+    steady: list[Segment] = [(history, {0: 1.0}, RPM)]
+    if quiet_day:
+        steady = [(2 * part, {0: 1.0}, RPM), (part, {0: 1.0}, low), (history - 3 * part, {0: 1.0}, RPM)]
     finished = _piecewise([sum(per_minute[:m]) for m in range(minutes + 1)])
     step = _STEP.get()
     inputs: list[dict[str, str]] = []
@@ -1322,7 +1327,7 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         if over is None or under is None:
             continue
         parts = [(part, over, RPM), (part, under, RPM), *([(part, over, RPM)] if quiet_day else [])]
-        line = _Timeline(bounds, [(history, {0: 1.0}, RPM), *parts])
+        line = _Timeline(bounds, [*steady, *parts])
         inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, r.model, rc, sli),
                               _le_writer(spec, rc, sli))  # fmt: skip
         if (r.model, rc.name) not in seen:
