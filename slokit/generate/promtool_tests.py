@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
@@ -26,7 +26,7 @@ from slokit import schema
 from slokit.generate import alerts as alerts_mod
 from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule
-from slokit.generate.rules import failure_terms, rule_groups, rules_path
+from slokit.generate.rules import BASE_WINDOW, BASELINE_QUANTILE, failure_terms, rule_groups, rules_path
 from slokit.promql import number, selector
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
@@ -474,8 +474,10 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
                 matchers = sorted((k2, "=", v) for k2, v in labels.items())
                 exprs.append({"expr": selector(record, matchers), "eval_time": "10m",
                               "exp_samples": [{"labels": selector(record, matchers), "value": 0}]})  # fmt: skip
-    if exprs:
-        zero["promql_expr_test"] = exprs
+    # no latency without requests: the quantile records are absent, not NaN (a dashboard shows a gap)
+    exprs.append({"expr": selector(schema.RECORD_LATENCY_QUANTILE, [(schema.RULE_LABEL_SERVICE, "=", spec.service)]),
+                  "eval_time": "10m", "exp_samples": []})  # fmt: skip
+    zero["promql_expr_test"] = exprs
     # healthy: every window's error ratio 0 (not a floor of one bad request), read at the end
     windows = record_windows(spec, schema.record_error_ratio)
     calm = []
@@ -826,6 +828,7 @@ __all__ = [
 # model of the rules (window ratios from raw counters, `for`, `keep_firing_for`) where the model is clear of the
 # threshold by MARGIN at every evaluation that decides the state.
 # ==============================================================================================================
+UNEVEN_SPAN: Final = 1.5  # an uneven profile lasts this many times its last short window + 5m
 NEAR: Final = 0.1  # inputs sit 10% (relative) under or over a threshold
 MARGIN: Final = 0.03  # a check is written only where every deciding ratio is 3% clear of its threshold
 LIMIT_NEAR: Final = 0.25  # bound pairs for the consistency limit: within 25% of it
@@ -930,6 +933,27 @@ class _Timeline:
     def requests(self, minute: int, window: int = 5) -> float:
         return self._count(minute, None) - self._count(max(0, minute - window), None)
 
+    def counts(self, start: int, end: int) -> list[float]:
+        """Requests per bucket (+Inf last, not cumulative) between the samples at minutes `start` and `end`."""
+        return [b - a for a, b in zip(self.cum[max(0, start)], self.cum[min(end, self.minutes)], strict=True)]
+
+    def quantile(self, q: float, start: int, end: int) -> float | None:
+        """histogram_quantile(q) of the requests between two samples: linear inside the bucket that holds the rank
+        (from 0 in the first), the highest finite bound where that is +Inf; None without requests."""
+        counts = self.counts(start, end)
+        total = sum(counts)
+        if total <= 0:
+            return None
+        rank, below = q * total, 0.0
+        for i, count in enumerate(counts):
+            if below + count >= rank and count > 0:
+                if i == len(self.bounds):
+                    return self.bounds[-1]
+                lower = self.bounds[i - 1] if i else 0.0
+                return lower + (self.bounds[i] - lower) * (rank - below) / count
+            below += count
+        return self.bounds[-1]
+
     def series(self, name: str, base: Mapping[str, str], le_text: Callable[[float], str]) -> list[dict[str, str]]:
         out = []
         for i, bound in enumerate([*self.bounds, math.inf]):
@@ -974,7 +998,31 @@ def _predict(model: _Model, line: _Timeline, step: int) -> list[tuple[int, bool,
     (the set of possible `for`/`keep_firing_for` states), so a check is written wherever every path agrees: e.g.
     still firing `keep_firing_for` minus a step after the last evaluation that could be true, resolved from the
     first at or after `keep_firing_for` past the first one that is surely false."""
-    rule = model.rule
+    evaluations = []
+    for t in range(0, line.minutes * 60 + 1, step):
+        minute = t // 60
+        decided = minute >= 10
+        cond = True
+        for c in model.conditions:
+            s = line.share(minute, c)
+            if s is None:
+                cond = False
+                continue
+            if abs(s - c.threshold) <= MARGIN * c.threshold:
+                decided = False
+            cond = cond and (s > c.threshold if c.op == ">" else s < c.threshold)
+        if model.guard:
+            n = line.requests(minute)
+            if abs(n - model.guard) <= 0.05 * model.guard:
+                decided = False
+            cond = cond and n >= model.guard
+        evaluations.append((t, cond, decided))
+    return _follow(model.rule, evaluations)
+
+
+def _follow(rule: AlertRule, evaluations: Iterable[tuple[int, bool, bool]]) -> list[tuple[int, bool, bool]]:
+    """(time s, firing, decided) of `rule` from each evaluation's (time s, condition, decided): every path the
+    undecided evaluations allow through `for` and `keep_firing_for`, and whether they all agree."""
     hold = _for_seconds(rule)
     keep = _keep_seconds(rule)
     out = []
@@ -993,28 +1041,25 @@ def _predict(model: _Model, line: _Timeline, step: int) -> list[tuple[int, bool,
             return None, False, None
         return None, True, false_since
 
-    for t in range(0, line.minutes * 60 + 1, step):
-        minute = t // 60
-        decided = minute >= 10
-        cond = True
-        for c in model.conditions:
-            s = line.share(minute, c)
-            if s is None:
-                cond = False
-                continue
-            if abs(s - c.threshold) <= MARGIN * c.threshold:
-                decided = False
-            cond = cond and (s > c.threshold if c.op == ">" else s < c.threshold)
-        if model.guard:
-            n = line.requests(minute)
-            if abs(n - model.guard) <= 0.05 * model.guard:
-                decided = False
-            cond = cond and n >= model.guard
+    for t, cond, decided in evaluations:
         outcomes = (cond,) if decided else (True, False)
         states = {advance(state, t, o) for state in states for o in outcomes}
         firing = {f for _, f, _ in states}
         out.append((t, True in firing, len(firing) == 1))
     return out
+
+
+def _checks_of(rule: AlertRule, predicted: Sequence[tuple[int, bool, bool]]) -> list[dict[str, Any]]:
+    """Checks of `rule` through ALERTS at the last decided evaluation and around every change of the decided
+    state (the last evaluation before it and the first after)."""
+    decided = [(t, f) for t, f, ok in predicted if ok and t > 0]
+    times = {decided[-1][0]} if decided else set()
+    for (t0, f0), (t1, f1) in itertools.pairwise(decided):
+        if f0 != f1:
+            times |= {t0, t1}
+    by_time = dict(decided)
+    return [{"expr": _alert_count(rule), "eval_time": _dur(t),
+             "exp_samples": [{"labels": "{}", "value": 1}] if by_time[t] else []} for t in sorted(times)]  # fmt: skip
 
 
 def _alert_count(rule: AlertRule) -> str:
@@ -1030,16 +1075,7 @@ def _state_checks(models: Sequence[_Model], lines: Mapping[tuple[str, str, Sli],
         line = lines.get((r.model or "", r.request_class or "", r.sli or Sli.TTFT))
         if line is None:
             continue
-        decided = [(t, f) for t, f, ok in _predict(model, line, step) if ok and t > 0]
-        times = {decided[-1][0]} if decided else set()
-        # around every change of the decided state: the last evaluation before it and the first after
-        for (t0, f0), (t1, f1) in itertools.pairwise(decided):
-            if f0 != f1:
-                times |= {t0, t1}
-        by_time = dict(decided)
-        for t in sorted(times):
-            tests.append({"expr": _alert_count(r), "eval_time": _dur(t),
-                          "exp_samples": [{"labels": "{}", "value": 1}] if by_time[t] else []})  # fmt: skip
+        tests += _checks_of(r, _predict(model, line, step))
     return tests
 
 
@@ -1074,6 +1110,39 @@ def _boundary_segments(spec: Spec, model: _Model, bounds: Sequence[float], minut
     return out
 
 
+def _uneven_profiles(model: _Model, bounds: Sequence[float], minutes: int) -> dict[str, list[Segment]]:
+    """A long/short pair's two one-sided cases, each with its bad requests unevenly spread in time so that a
+    window reading the wrong span (a tile at the wrong offset, a range cut short) reads another share.
+
+    "long under": no slow requests, then the last short window and a margin (5m at most) slow at the share that
+    puts the long window NEAR under the threshold at the end (the short window far over it). "short under": slow
+    at the share that puts the long window NEAR over at the end, then that last span NEAR under (it fires first,
+    then resolves as the short window clears). Empty when the pair's shape (two `>` windows, long over short) or a
+    share over 1 does not allow them."""
+    if len(model.conditions) != 2 or any(c.op != ">" for c in model.conditions):
+        return {}
+    long, short = model.conditions
+    if long.window <= short.window or long.threshold != short.threshold or long.above is None:
+        return {}
+    thr = long.threshold
+    # the short window's span and a margin for the lookups of its tiles (half the gap to the long window at most)
+    recent = short.window + min(int(BASE_WINDOW // 60), (long.window - short.window) // 2)
+    if recent <= short.window:
+        return {}
+    total = max(minutes, math.ceil(recent * UNEVEN_SPAN))
+    seen = min(long.window, total)  # what the long window reads at the end
+    far_over = (1 - NEAR) * thr * seen / recent
+    old_over = ((1 + NEAR) * seen - (1 - NEAR) * recent) * thr / (seen - recent)
+    if max(far_over, old_over) >= 1:
+        return {}
+    return {
+        "long under": [(total - recent, _split(bounds, long.above, 0.0), RPM),
+                       (recent, _split(bounds, long.above, far_over), RPM)],
+        "short under": [(total - recent, _split(bounds, long.above, old_over), RPM),
+                        (recent, _split(bounds, long.above, (1 - NEAR) * thr), RPM)],
+    }  # fmt: skip
+
+
 def _profiles_for_slo(spec: Spec, models: Sequence[_Model], bounds: Sequence[float]) -> dict[str, list[Segment]]:
     """Named timelines of one SLO: one per burn-rate tier side, one chaining every 5m-window rule's sides, and
     the traffic guard just under and just over min_requests with every request slow."""
@@ -1085,8 +1154,14 @@ def _profiles_for_slo(spec: Spec, models: Sequence[_Model], bounds: Sequence[flo
                 short_chain += segs
             continue
         minutes = math.ceil((fires_at(model.rule) + 3 * _STEP.get()) / 60)
+        pair = f"{model.rule.labels.get('long', '')}/{model.rule.labels.get('short', '')}"
+        uneven = _uneven_profiles(model, bounds, minutes)
         for side, segs in zip(("under", "over"), _boundary_segments(spec, model, bounds, minutes), strict=False):
-            profiles[f"{model.rule.labels.get('long', '')}/{model.rule.labels.get('short', '')} {side}"] = segs
+            if side == "under" and uneven:
+                continue  # each window just under while the other is over tells more than both under
+            profiles[f"{pair} {side}"] = segs
+        for side, segs in uneven.items():
+            profiles[f"{pair} {side}"] = segs
     if short_chain:
         profiles["5m windows"] = short_chain
     guard = spec.alerting.min_requests
@@ -1285,31 +1360,78 @@ def _p99_shares(bounds: Sequence[float], target: float) -> dict[int, float] | No
     return None
 
 
+def _baseline_evaluations(
+    line: _Timeline, spec: Spec, history: int, step: int
+) -> list[tuple[int, bool, bool]]:  # fmt: skip
+    """(time s, condition, decided) of a baseline alert at every evaluation of `line`: p99 of the last 5m over
+    `ratio` x p99 of the same 5m `history` minutes earlier, where that 5m had `min_rps` and the last 5m has
+    `min_rps` and the alert's `min_requests`. A 5m window reads the samples of its last 4 minutes (left-open,
+    Prometheus 3) or 5 (closed, Prometheus 2): decided where both agree, every comparison is MARGIN clear, and the
+    earlier window is whole."""
+    base = spec.alerting.baseline
+    out = []
+    for t in range(0, line.minutes * 60 + 1, step):
+        m = t // 60
+        conds: set[bool] = set()
+        decided = not history <= m < history + 6
+        for back in (4, 5):
+            now, then = (m - back, m), (m - history - back, m - history)
+            q_now, q_then = line.quantile(BASELINE_QUANTILE, *now), line.quantile(BASELINE_QUANTILE, *then)
+            if then[0] < 0 or q_now is None or q_then is None:
+                conds.add(False)
+                continue
+            rate_now, rate_then = sum(line.counts(*now)) / (back * 60), sum(line.counts(*then)) / (back * 60)
+            pairs = [(q_now, base.ratio * q_then), (rate_then, base.min_rps), (rate_now, base.min_rps),
+                     (rate_now * 300, float(spec.alerting.min_requests))]  # fmt: skip
+            if any(abs(a - b) <= MARGIN * b for a, b in pairs):
+                decided = False
+            conds.add(q_now > base.ratio * q_then and all(a >= b for a, b in pairs[1:]))
+        out.append((t, True in conds, decided and len(conds) == 1))
+    return out
+
+
 def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
-    """The baseline from raw history: `offset` of steady latency, then 25m with p99 10% over ratio x that day's
-    p99, then 25m 10% under it, then 25m over again where the day before had fewer requests than `min_rps` (half
-    of it over every alert's series). Fires in the first part, resolved in the second, silent in the third (no
-    baseline from too little traffic). A median-of-days baseline reads the one day that exists (the median of one
-    value): a week of history at the tests' step would take minutes."""
+    """The baseline from raw history: `offset` of latency, then parts of p99 NEAR over or under ratio x that p99:
+
+    1. over: fires; 2. under: resolved; 3. over, where the same part a day before had NEAR under `min_rps`:
+    silent (no baseline); 4. over, the day before NEAR over `min_rps`: fires; 5. over with the requests of the
+    last 5m NEAR under the alert's traffic guard (the larger of `min_rps` x 5m and `min_requests`): silent;
+    6. NEAR over it, a fifth of them slower than every bucket (their p99 is the highest bound): fires, so the guard
+    must count them. The history has p99 in the first bucket where the parts read it (the same minutes a day
+    earlier) and over elsewhere, so a baseline read at another offset differs. Parts 3 to 6 need the history to
+    hold their day before; parts 4 to 6 are left out where one SLO's selector also reads another's series
+    (imported SLOs): the requests each selector counts are then not the ones written for it, so part 3 writes half
+    of `min_rps` spread over every alert's series instead. The alert is checked at each part's end and around
+    every change of its state, as `_baseline_evaluations` models it. A median-of-days baseline reads the one day
+    that exists (the median of one value): a week of history at the tests' step would take minutes."""
     rules = [r for r in all_rules if r.kind is AlertKind.BASELINE]
     if not rules:
         return []
     base = spec.alerting.baseline
     history = int(base.offset // 60)
-    part = 25
-    # the third part only where the day before it lies in the history, not in the test's own parts
-    quiet_day = history >= 3 * part and base.min_rps > 0
-    minutes = history + (3 if quiet_day else 2) * part
-    # requests a minute: steady, but under min_rps the day before the third part, even where one class's
-    # selector also reads every other class's series (imported SLOs whose selectors overlap)
-    low = base.min_rps * 60 / (2 * len(rules))
-    per_minute = [low if quiet_day and 2 * part <= m < 3 * part else float(RPM) for m in range(minutes)]
-    # the histograms count the same requests: the request rate the guard reads may come from either
-    steady: list[Segment] = [(history, {0: 1.0}, RPM)]
-    if quiet_day:
-        steady = [(2 * part, {0: 1.0}, RPM), (part, {0: 1.0}, low), (history - 3 * part, {0: 1.0}, RPM)]
-    finished = _piecewise([sum(per_minute[:m]) for m in range(minutes + 1)])
     step = _STEP.get()
+    longest = max(max(_for_seconds(r), _keep_seconds(r)) for r in rules)
+    # 5m for the rates to settle, `for` or `keep_firing_for`, slack; not a multiple of 5, so that parts start
+    # between 5m evaluations, some of which then read a window across two parts
+    part = max(27, math.ceil(longest / 60) + 12)
+    every_slo = [(rc, sli, m) for rc in spec.classes for sli in rc.slos for m in rc.models]
+    overlap = any(_readers(spec, every_slo).values())
+    guard = max(base.min_rps * 300, float(spec.alerting.min_requests))  # requests in 5m the alert needs now
+    # (latency, requests a minute now, requests a minute a day before)
+    plan: list[tuple[str, float, float]] = [("over", RPM, RPM), ("under", RPM, RPM)]
+    if base.min_rps > 0 and history >= 3 * part:
+        quiet = base.min_rps * 60 / (2 * len(rules)) if overlap else (1 - NEAR) * base.min_rps * 60
+        plan.append(("over", RPM, quiet))
+        if not overlap and history >= 4 * part:
+            plan.append(("over", RPM, (1 + NEAR) * base.min_rps * 60))
+    if not overlap and history >= (len(plan) + 2) * part:
+        plan += [("over", (1 - NEAR) * guard / 5, RPM), ("slow", (1 + NEAR) * guard / 5, RPM)]
+    read = len(plan) * part  # the history's minutes the parts read
+    day_before = [plan[m // part][2] if m < read else float(RPM) for m in range(history)]
+    per_minute = [*day_before, *(rpm for _, rpm, _ in plan for _ in range(part))]
+    minutes = len(per_minute)
+    finished = _piecewise([sum(per_minute[:m]) for m in range(minutes + 1)])
+    ends = [math.floor((history + (i + 1) * part) * 60 / step) * step for i in range(len(plan))]
     inputs: list[dict[str, str]] = []
     tests: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
@@ -1326,35 +1448,42 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         under = _p99_shares(bounds, base.ratio * p99_0 * (1 - NEAR))
         if over is None or under is None:
             continue
-        parts = [(part, over, RPM), (part, under, RPM), *([(part, over, RPM)] if quiet_day else [])]
-        line = _Timeline(bounds, [*steady, *parts])
+        # a fifth slower than every bucket: p99 reads the highest bound, over the baseline where that bound is
+        slow = {0: 0.8} if bounds[-1] > base.ratio * p99_0 * (1 + NEAR) else over
+        shapes = {"over": over, "under": under, "slow": slow}
+        past: list[Segment] = [(1, {0: 1.0}, rpm) if m < read else (1, over, rpm) for m, rpm in enumerate(day_before)]
+        line = _Timeline(bounds, [*past, *((part, shapes[shape], rpm) for shape, rpm, _ in plan)])
         inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, r.model, rc, sli),
                               _le_writer(spec, rc, sli))  # fmt: skip
         if (r.model, rc.name) not in seen:
             seen.add((r.model, rc.name))
             inputs.append({**_requests_input(spec, r.model, rc, RPM, minutes), "values": finished})
-        before = math.floor(history * 60 / step) * step
-        pending = before + _for_seconds(r)  # true from the first evaluation after the change at the latest
-        firing = math.floor((history + part) * 60 / step) * step
-        end = math.floor((history + 2 * part) * 60 / step) * step
-        thin = math.floor(minutes * 60 / step) * step  # over again, but no baseline: the day before was too quiet
-        checks = [(before, False), (pending, False), (firing, True), (end, False)]
-        if quiet_day:
-            checks.append((thin, False))
-        # keep_firing_for: p99 over 5m (rates of 5m) is surely over until the first part's last minute and surely
-        # under from 5m into the second part
-        _, still, resolved = _keep_times(r, history + part, history + part + 5)
-        if resolved < end:
-            checks += [(still, True), (resolved, False)]
-        for at, fires in checks:
-            tests.append({"expr": _alert_count(r), "eval_time": _dur(at),
-                          "exp_samples": [{"labels": "{}", "value": 1}] if fires else []})  # fmt: skip
+        predicted = _follow(r, _baseline_evaluations(line, spec, history, step))
+        checks = {c["eval_time"]: c for c in _checks_of(r, predicted)}
+        by_time = {t: (f, ok) for t, f, ok in predicted}
+        for end in ends:
+            firing, ok = by_time.get(end, (False, False))
+            if ok:
+                checks.setdefault(
+                    _dur(end),
+                    {
+                        "expr": _alert_count(r),
+                        "eval_time": _dur(end),
+                        "exp_samples": [{"labels": "{}", "value": 1}] if firing else [],
+                    },
+                )
+        tests += [checks[k] for k in sorted(checks, key=lambda d: parse_duration(d))]
     if not tests:
         return []
-    name = (f"baseline from raw history: {prom_duration(history * 60)} with p99 in the first bucket, then p99 "
-            f"{NEAR:.0%} over {number(base.ratio)}x it for {part}m, then {NEAR:.0%} under for {part}m")  # fmt: skip
-    if quiet_day:
-        name += f", then over for {part}m where the day before had under min_rps: silent"
+    name = (
+        f"baseline from raw history: {prom_duration(history * 60)}, then {part}m parts of p99 {NEAR:.0%} over "
+        f"or under {number(base.ratio)}x the same minutes a day earlier: over (fires), under (resolved)"
+    )
+    labels = ["over where the day before had under min_rps (silent)", "over, the day before just over min_rps "
+              "(fires)", "over with traffic just under the guard (silent)", "just over it, a fifth slower than every "
+              "bucket (fires)"]  # fmt: skip
+    for text in labels[: len(plan) - 2]:
+        name += f", {text}"
     return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
 
 
