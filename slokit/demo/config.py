@@ -35,11 +35,11 @@ class DemoConfig:
     output: Path | None = None  # where generated files and logs go; None: a new temporary directory
     healthy_seconds: float = 40.0  # length of the healthy phase
     healthy_rate: float = 1.5  # requests/s of healthy traffic
-    fault_concurrency_factor: int = 8  # the flood keeps this many x max_num_seqs requests in flight
+    fault_concurrency_factor: int = 12  # the flood keeps this many x max_num_seqs requests in flight
     fault_prompt_tokens: int = 400  # long prompts: prefill dominates and nothing is cached
     fault_output_tokens: int = 64  # long enough that each request holds its slot for a while
     fault_max_seconds: float = 300.0  # the flood stops by itself after this long
-    fault_max_requests: int = 2000
+    fault_max_requests: int = 4000
     max_model_len: int = 512
     scrape_interval: str = "2s"
     evaluation_interval: str = "2s"  # rule groups are evaluated at most this far apart in the demo
