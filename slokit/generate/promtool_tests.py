@@ -828,7 +828,7 @@ __all__ = [
 # model of the rules (window ratios from raw counters, `for`, `keep_firing_for`) where the model is clear of the
 # threshold by MARGIN at every evaluation that decides the state.
 # ==============================================================================================================
-UNEVEN_SPAN: Final = 1.5  # an uneven profile lasts this many times its last short window + 5m
+UNEVEN_SPAN: Final = 1.5  # an uneven profile lasts this many times its last span (short window and margin)
 NEAR: Final = 0.1  # inputs sit 10% (relative) under or over a threshold
 MARGIN: Final = 0.03  # a check is written only where every deciding ratio is 3% clear of its threshold
 LIMIT_NEAR: Final = 0.25  # bound pairs for the consistency limit: within 25% of it
@@ -1382,7 +1382,7 @@ def _baseline_evaluations(
                 continue
             rate_now, rate_then = sum(line.counts(*now)) / (back * 60), sum(line.counts(*then)) / (back * 60)
             pairs = [(q_now, base.ratio * q_then), (rate_then, base.min_rps), (rate_now, base.min_rps),
-                     (rate_now * 300, float(spec.alerting.min_requests))]  # fmt: skip
+                     (rate_now * BASE_WINDOW, float(spec.alerting.min_requests))]  # fmt: skip
             if any(abs(a - b) <= MARGIN * b for a, b in pairs):
                 decided = False
             conds.add(q_now > base.ratio * q_then and all(a >= b for a, b in pairs[1:]))
@@ -1416,7 +1416,7 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     part = max(27, math.ceil(longest / 60) + 12)
     every_slo = [(rc, sli, m) for rc in spec.classes for sli in rc.slos for m in rc.models]
     overlap = any(_readers(spec, every_slo).values())
-    guard = max(base.min_rps * 300, float(spec.alerting.min_requests))  # requests in 5m the alert needs now
+    guard = max(base.min_rps * BASE_WINDOW, float(spec.alerting.min_requests))  # requests in 5m the alert needs now
     # (latency, requests a minute now, requests a minute a day before)
     plan: list[tuple[str, float, float]] = [("over", RPM, RPM), ("under", RPM, RPM)]
     if base.min_rps > 0 and history >= 3 * part:
