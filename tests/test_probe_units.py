@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slokit.probe.client import MALFORMED_SSE, STREAM_ERROR, _Connection, parse_stream
-from slokit.probe.load import LevelRun, Limits, Load, RequestRecord, arrival_offsets, endpoint_url
+from slokit.probe.client import MALFORMED_SSE, NO_CONTENT, STREAM_ERROR, RawResponse, _Connection, parse_stream
+from slokit.probe.load import LevelRun, Limits, Load, RequestRecord, arrival_offsets, endpoint_url, finalize
 from slokit.probe.results import Criteria, summarize
 from slokit.probe.search import SearchConfig, search
 from slokit.spec import load_spec_text
@@ -66,6 +66,41 @@ def test_usage_repeated_on_every_chunk_takes_the_last_not_the_sum() -> None:
         (float(i), _event(f'{{"choices":[{{"text":"x"}}],"usage":{{"completion_tokens":{i}}}}}')) for i in range(1, 4)
     ]
     assert parse_stream(pieces, "completions").usage == {"completion_tokens": 3}
+
+
+def _finalized(events: list[tuple[float, bytes]]) -> RequestRecord:
+    record = RequestRecord(0, False, 1, 4)
+    record.t_send = 0.0
+    pieces = [*events, (events[-1][0], b"data: [DONE]\n\n")]
+    record.raw = RawResponse(200, {"content-type": "text/event-stream"}, 0.0, 0.5, 9.0, pieces, [False] * len(pieces))
+    finalize(record, "completions")
+    return record
+
+
+def test_tokens_come_from_usage_when_text_events_are_fewer_than_tokens() -> None:
+    # A detokenizer holds back partial UTF-8 and one event can carry several tokens: 2 text events for 5 tokens.
+    record = _finalized([
+        (1.0, _event('{"choices":[{"text":"ab"}]}')),
+        (2.0, _event('{"choices":[{"text":""}]}')),
+        (3.0, _event('{"choices":[{"text":"\u00e9!","finish_reason":"length"}]}')),
+        (3.5, _event('{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}')),
+    ])  # fmt: skip
+    assert record.ok and record.content_times == [1.0, 3.0]
+    assert (record.output_tokens, record.tokens_source) == (5, "usage")
+    assert record.ttft == 1.0 and record.e2e == 3.0
+    assert record.tpot == pytest.approx(2.0 / 4)  # the server's 5 tokens, not the 2 events
+    assert record.itls == [2.0]  # ITL is per event: what the user saw
+
+
+def test_tokens_without_text_are_no_content_and_the_detail_says_the_servers_count() -> None:
+    record = _finalized([
+        (1.0, _event('{"choices":[{"text":""}]}')),
+        (2.0, _event('{"choices":[{"text":"","finish_reason":"length"}]}')),
+        (2.5, _event('{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}')),
+    ])  # fmt: skip
+    assert not record.ok and record.reason == NO_CONTENT
+    assert "4 completion tokens" in record.detail and "partial UTF-8" in record.detail
+    assert math.isnan(record.ttft)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,11 @@ decode in milliseconds on two CPU cores. The shape is the smallest that vLLM 0.3
 merges, so one prompt byte is one prompt token: a test that sends 100 ASCII characters knows the engine sees 100
 prompt tokens (plus the BOS token, which `add_bos` controls in `prompt_token_count`).
 
+What it writes is printable ASCII: the output layer scores only the printable bytes and EOS, so every sampled token
+is one character of text. With a uniform random head half the sampled bytes were above 0x7F, partial UTF-8 that
+vLLM's detokenizer holds back, and a short response could stream no text at all (a `no_content` failure in the
+probe that said nothing about the code under test).
+
 The directory is cached by content: its name is a hash of everything that goes into it, and a marker file is
 written last, so a half-built directory (a crash, two builders at once) is never used and the model is built
 once per cache directory.
@@ -26,8 +31,13 @@ from typing import Final
 BOS_ID: Final = 256
 EOS_ID: Final = 257
 VOCAB_SIZE: Final = 258
+PRINTABLE_IDS: Final = range(ord(" "), ord("~") + 1)  # the byte tokens the model writes (one token, one character)
+# The head's weights for PRINTABLE_IDS and EOS are scaled so their logits spread by about 9 (the init's 0.02 gives
+# about 0.2, near-uniform sampling over the vocabulary); every other row is zero (logit 0). The zero-logit tokens'
+# share of the probability is then below 1e-6, and EOS stays one choice among about a hundred.
+_HEAD_SCALE: Final = 40.0
 _MARKER: Final = ".slokit-tiny-model-complete"
-_BUILD_VERSION: Final = 1  # bump when the build changes in a way the settings below do not capture
+_BUILD_VERSION: Final = 2  # bump when the build changes in a way the settings below do not capture
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,15 @@ def _write_model(directory: Path, settings: TinyModelSettings) -> None:
         tie_word_embeddings=False,
     )
     torch.manual_seed(settings.seed)
-    model = LlamaForCausalLM(config).to(getattr(torch, settings.dtype))  # type: ignore[no-untyped-call]
+    model = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
+    with torch.no_grad():
+        head = model.lm_head.weight
+        written = torch.zeros(VOCAB_SIZE, dtype=torch.bool)
+        written[list(PRINTABLE_IDS)] = True
+        written[EOS_ID] = True
+        head[written] *= _HEAD_SCALE
+        head[~written] = 0.0
+    model = model.to(getattr(torch, settings.dtype))
     model.save_pretrained(directory)
 
 

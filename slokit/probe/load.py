@@ -330,6 +330,11 @@ def finalize(record: RequestRecord, api: Api) -> None:
     elif not parsed.content_times:
         record.reason = client.NO_CONTENT
         record.detail = "the stream ended without a content token"
+        if record.tokens_source == "usage" and record.output_tokens:
+            record.detail += (
+                f" although the server counted {record.output_tokens} completion tokens"
+                " (their text was empty, or partial UTF-8 the detokenizer held back)"
+            )
     else:
         record.ok = True
 
