@@ -176,8 +176,10 @@ ABANDONED = 6  # streamed chat requests abandoned while queued behind the blocke
 MIN_SEEN = 4  # at least this many must have had no first token when their client left (the queue makes it all)
 SCALE = 10  # the promtool input repeats the scraped growth this many times a minute
 BLOCKER_TOKENS = 480  # each blocker holds an engine slot for this many decode steps (the prompt is 5 tokens of 512)
-BLOCKERS = 6 * MAX_NUM_SEQS  # six rounds of blockers queued ahead of the chat requests (vLLM schedules FCFS), so
-# the chat requests wait for all of them even when the engine decodes fast
+BLOCKERS = 10 * MAX_NUM_SEQS  # ten rounds of blockers queued ahead of the chat requests (vLLM schedules FCFS), so
+# the chat requests wait for all of them even when the engine decodes fast. On a loaded machine the API server can
+# take seconds to answer a scrape, so the queue it reports may be seconds old (once 15 blockers were reported waiting
+# when 17 of 24 had already finished): ten rounds leave several seconds of queue beyond what a stale scrape shows.
 QUEUED_AHEAD = 3 * MAX_NUM_SEQS  # the chat requests are sent only while at least three rounds still wait ahead
 ROUNDS = 3  # rounds of abandoned requests at most (see the test)
 
