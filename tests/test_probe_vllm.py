@@ -44,7 +44,7 @@ def test_probe_measures_real_vllm_streams(vllm_server: VllmServer, engine_spec_p
         assert record.ok and record.tokens_source == "usage"
         assert record.output_tokens == 8  # ignore_eos: exact lengths
         # The tiny model writes printable ASCII, one character per token, so every token is a text event. (A real
-        # model's tokens are not chunks, which is why counts come from usage; tests/test_probe.py covers that.)
+        # model's tokens are not chunks, which is why counts come from usage; tests/test_probe_units.py covers that.)
         assert len(record.content_times) == 8
         # 24 tokens asked (calibrated through /tokenize); chat adds the chat template's own tokens.
         assert record.prompt_tokens is not None and 16 <= record.prompt_tokens <= (40 if api == "completions" else 90)
