@@ -938,21 +938,11 @@ class _Timeline:
         return [b - a for a, b in zip(self.cum[max(0, start)], self.cum[min(end, self.minutes)], strict=True)]
 
     def quantile(self, q: float, start: int, end: int) -> float | None:
-        """histogram_quantile(q) of the requests between two samples: linear inside the bucket that holds the rank
-        (from 0 in the first), the highest finite bound where that is +Inf; None without requests."""
+        """histogram_quantile(q) of the requests between two samples; None without requests."""
         counts = self.counts(start, end)
-        total = sum(counts)
-        if total <= 0:
+        if sum(counts) <= 0:
             return None
-        rank, below = q * total, 0.0
-        for i, count in enumerate(counts):
-            if below + count >= rank and count > 0:
-                if i == len(self.bounds):
-                    return self.bounds[-1]
-                lower = self.bounds[i - 1] if i else 0.0
-                return lower + (self.bounds[i] - lower) * (rank - below) / count
-            below += count
-        return self.bounds[-1]
+        return histogram_quantile(q, self.bounds, list(itertools.accumulate(counts)))
 
     def series(self, name: str, base: Mapping[str, str], le_text: Callable[[float], str]) -> list[dict[str, str]]:
         out = []
@@ -1049,22 +1039,30 @@ def _follow(rule: AlertRule, evaluations: Iterable[tuple[int, bool, bool]]) -> l
     return out
 
 
-def _checks_of(rule: AlertRule, predicted: Sequence[tuple[int, bool, bool]]) -> list[dict[str, Any]]:
-    """Checks of `rule` through ALERTS at the last decided evaluation and around every change of the decided
-    state (the last evaluation before it and the first after)."""
+def _checks_of(
+    rule: AlertRule, predicted: Sequence[tuple[int, bool, bool]], also: Iterable[int] = ()
+) -> list[dict[str, Any]]:
+    """Checks of `rule` through ALERTS at the last decided evaluation, around every change of the decided state
+    (the last evaluation before it and the first after) and at the times in `also` where the state is decided."""
     decided = [(t, f) for t, f, ok in predicted if ok and t > 0]
+    by_time = dict(decided)
     times = {decided[-1][0]} if decided else set()
     for (t0, f0), (t1, f1) in itertools.pairwise(decided):
         if f0 != f1:
             times |= {t0, t1}
-    by_time = dict(decided)
-    return [{"expr": _alert_count(rule), "eval_time": _dur(t),
-             "exp_samples": [{"labels": "{}", "value": 1}] if by_time[t] else []} for t in sorted(times)]  # fmt: skip
+    times |= {t for t in also if t in by_time}
+    return [_alert_check(rule, t, by_time[t]) for t in sorted(times)]
 
 
 def _alert_count(rule: AlertRule) -> str:
     labels = {"alertname": rule.name, "alertstate": "firing", **rule.labels}
     return f"count({selector('ALERTS', [(k, '=', v) for k, v in sorted(labels.items())])})"
+
+
+def _alert_check(rule: AlertRule, seconds: int, firing: bool) -> dict[str, Any]:
+    """A promtool check that `rule` is firing (or not) `seconds` into the test."""
+    return {"expr": _alert_count(rule), "eval_time": _dur(seconds),
+            "exp_samples": [{"labels": "{}", "value": 1}] if firing else []}  # fmt: skip
 
 
 def _state_checks(models: Sequence[_Model], lines: Mapping[tuple[str, str, Sli], _Timeline]) -> list[dict[str, Any]]:
@@ -1275,16 +1273,13 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
     tests = []
     for r in rules:
         if fires_at(r) + step <= fire_at:
-            tests.append({"expr": _alert_count(r), "eval_time": _dur(fire_at),
-                          "exp_samples": [{"labels": "{}", "value": 1}]})  # fmt: skip
+            tests.append(_alert_check(r, fire_at, True))
             # keep_firing_for: still firing one keep_firing_for after the last evaluation over, resolved one after
             # the first under
             _, still, resolved = _engine_keep_times(r, over)
             if still > fire_at and resolved <= quiet_at:
-                tests += [{"expr": _alert_count(r), "eval_time": _dur(still),
-                           "exp_samples": [{"labels": "{}", "value": 1}]},
-                          {"expr": _alert_count(r), "eval_time": _dur(resolved), "exp_samples": []}]  # fmt: skip
-        tests.append({"expr": _alert_count(r), "eval_time": _dur(quiet_at), "exp_samples": []})
+                tests += [_alert_check(r, still, True), _alert_check(r, resolved, False)]
+        tests.append(_alert_check(r, quiet_at, False))
     groups = [{"name": "engines just over every threshold for 22m, then just under", "interval": "1m",
                "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
     return groups + _engine_cause_groups(spec, all_rules)
@@ -1336,11 +1331,9 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         ]  # fmt: skip
     tests = []
     for r, last_true, still, resolved in plans:
-        for t, fires in ((last_true, True), (still, True), (resolved, False)):
-            tests.append({"expr": _alert_count(r), "eval_time": _dur(t),
-                          "exp_samples": [{"labels": "{}", "value": 1}] if fires else []})  # fmt: skip
+        tests += [_alert_check(r, last_true, True), _alert_check(r, still, True), _alert_check(r, resolved, False)]
     end = max(p[3] for p in plans)
-    tests += [{"expr": _alert_count(r), "eval_time": _dur(t), "exp_samples": []} for r in warnings for t in (at, end)]
+    tests += [_alert_check(r, t, False) for r in warnings for t in (at, end)]
     return [{"name": "pages firing while every engine is just over each threshold, then just under from minute "
                      f"{flip}: the engine alerts fire inside the page, not as warnings, and resolve keep_firing_for "
                      "after", "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
@@ -1459,20 +1452,7 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
             seen.add((r.model, rc.name))
             inputs.append({**_requests_input(spec, r.model, rc, RPM, minutes), "values": finished})
         predicted = _follow(r, _baseline_evaluations(line, spec, history, step))
-        checks = {c["eval_time"]: c for c in _checks_of(r, predicted)}
-        by_time = {t: (f, ok) for t, f, ok in predicted}
-        for end in ends:
-            firing, ok = by_time.get(end, (False, False))
-            if ok:
-                checks.setdefault(
-                    _dur(end),
-                    {
-                        "expr": _alert_count(r),
-                        "eval_time": _dur(end),
-                        "exp_samples": [{"labels": "{}", "value": 1}] if firing else [],
-                    },
-                )
-        tests += [checks[k] for k in sorted(checks, key=lambda d: parse_duration(d))]
+        tests += _checks_of(r, predicted, also=ends)
     if not tests:
         return []
     name = (
@@ -1550,8 +1530,7 @@ def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict
                 tests.append({"expr": record, "eval_time": _dur(at),
                               "exp_samples": [{"labels": record, "value": value}]})  # fmt: skip
             elif state is not None:
-                tests.append({"expr": _alert_count(r), "eval_time": _dur(at),
-                              "exp_samples": [{"labels": "{}", "value": 1}] if state else []})  # fmt: skip
+                tests.append(_alert_check(r, at, state))
     return [{"name": "consistency bucket by bucket: 60% of requests in one bucket, 40% in another; then p99/p50 "
                      "just over and just under the limit", "interval": "1m", "input_series": inputs,
              "promql_expr_test": tests}]  # fmt: skip
