@@ -43,13 +43,14 @@ def test_probe_measures_real_vllm_streams(vllm_server: VllmServer, engine_spec_p
     for record in records:
         assert record.ok and record.tokens_source == "usage"
         assert record.output_tokens == 8  # ignore_eos: exact lengths
-        # The tiny model writes printable ASCII, one character per token, so every token is a text event. (A real
-        # model's tokens are not chunks, which is why counts come from usage; tests/test_probe_units.py covers that.)
-        assert len(record.content_times) == 8
+        # The tiny model writes printable ASCII, one character per token, so every event carries text; but vLLM
+        # merges a request's deltas when its API server falls behind the engine (RequestOutputCollector.put), so an
+        # event may carry several tokens. Counts therefore come from usage; tests/test_probe_units.py covers that.
+        assert 1 <= len(record.content_times) <= record.output_tokens
         # 24 tokens asked (calibrated through /tokenize); chat adds the chat template's own tokens.
         assert record.prompt_tokens is not None and 16 <= record.prompt_tokens <= (40 if api == "completions" else 90)
         assert 0 < record.ttft <= record.e2e
-    assert summary.metrics["itl"].count == sum(len(r.content_times) - 1 for r in records)
+    assert summary.metrics["itl"].count == sum(len(r.content_times) - 1 for r in records) > 0
     assert summary.metrics["tpot"].count == 6  # TPOT uses the server's count, so every request has one
     assert {c.constraint.key for c in summary.checks} >= {"ttft.objective", "itl.objective", "e2e.objective"}
 
