@@ -1,4 +1,5 @@
-"""Small PromQL builders: selectors, `le` matchers that work on Prometheus 2 and 3, numbers, label moves.
+"""Small PromQL builders: selectors, `le` matchers that work on Prometheus 2 and 3, numbers, label moves; and
+Prometheus's `histogram_quantile` in Python, for the places that must compute what a query would answer.
 
 Generators build expressions from these instead of by string pasting, so quoting, regex escaping and the
 Prometheus 3 bucket-label change (`le="1"` is written `le="1.0"`) are handled in one place.
@@ -139,3 +140,24 @@ def tile(window: float, available: Sequence[float], step_of: Mapping[float, floa
 def offset_suffix(seconds: float, duration: str) -> str:
     """` offset 1h` for a positive offset (its Prometheus spelling is `duration`), "" for none."""
     return f" offset {duration}" if seconds > 0 else ""
+
+
+def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float | None:
+    """What Prometheus's classic-histogram `histogram_quantile(q, ...)` answers: `bounds` are the finite upper
+    bounds, `cumulative` the counts per bucket, +Inf last. None without events (Prometheus answers NaN).
+
+    Generated promtool tests state expected quantiles with it and the report computes its percentiles with it, so
+    both agree with the query a dashboard runs, linear interpolation and the +Inf bucket's answer included."""
+    total = float(cumulative[-1])
+    if total <= 0:
+        return None
+    rank = q * total
+    index = next(i for i, c in enumerate(cumulative) if c >= rank)
+    if index == len(bounds):
+        return float(bounds[-1])  # in the +Inf bucket: Prometheus answers the highest finite bound
+    start = 0.0 if index == 0 else float(bounds[index - 1])
+    below = 0.0 if index == 0 else float(cumulative[index - 1])
+    count = float(cumulative[index]) - below
+    if count <= 0:
+        return float(bounds[index])
+    return start + (float(bounds[index]) - start) * ((rank - below) / count)

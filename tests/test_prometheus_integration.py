@@ -28,7 +28,6 @@ import yaml
 
 from slokit import schema
 from slokit.generate.model import RecordingRule
-from slokit.generate.promtool_tests import histogram_quantile
 from slokit.generate.rules import rule_groups, window_plans
 from slokit.local.procs import free_port
 from slokit.local.prometheus import (
@@ -39,6 +38,7 @@ from slokit.local.prometheus import (
     backfill_rules,
     move_blocks,
 )
+from slokit.promql import histogram_quantile
 from slokit.spec import Spec, load_spec_text
 from slokit.units import format_le, prom_duration
 

@@ -33,7 +33,6 @@ from typing import Any
 import pytest
 
 from slokit import schema
-from slokit.generate.promtool_tests import histogram_quantile
 from slokit.local.prometheus import (
     LocalPrometheus,
     OpenMetricsWriter,
@@ -47,6 +46,7 @@ from slokit.plan.roofline import (
     expected_decode_tokens_per_second,
     plan_for_model,
 )
+from slokit.promql import histogram_quantile
 from slokit.schema import Sli
 from slokit.spec import PERCENTILES, Spec, load_spec_text
 from slokit.units import format_le, prom_duration

@@ -139,8 +139,11 @@ def test_template_expansion_matches_prometheus_formatting() -> None:
 
 def test_histogram_quantile_matches_prometheus_interpolation() -> None:
     bounds = (0.1, 0.5, 1.0)
-    assert promtool_tests.histogram_quantile(0.5, bounds, [0, 10, 10, 10]) == pytest.approx(0.3)
-    assert promtool_tests.histogram_quantile(0.99, bounds, [0, 0, 0, 10]) == 1.0  # +Inf: top finite bound
+    assert promql.histogram_quantile(0.5, bounds, [0, 10, 10, 10]) == pytest.approx(0.3)
+    assert promql.histogram_quantile(0.99, bounds, [0, 0, 0, 10]) == 1.0  # +Inf: top finite bound
+    assert promql.histogram_quantile(0.5, bounds, [4, 4, 8, 8]) == pytest.approx(0.1)  # the rank at a bound
+    assert promql.histogram_quantile(0.75, bounds, [4, 4, 8, 8]) == pytest.approx(0.75)  # past an empty bucket
+    assert promql.histogram_quantile(0.5, bounds, [0, 0, 0, 0]) is None  # no events: Prometheus answers NaN
 
 
 # -- engines ---------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from slokit.generate import alerts as alerts_mod
 from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule
 from slokit.generate.rules import BASE_WINDOW, BASELINE_QUANTILE, failure_terms, rule_groups, rules_path
-from slokit.promql import number, selector
+from slokit.promql import histogram_quantile, number, selector
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
 from slokit.units import format_le, parse_duration, prom_duration
@@ -114,22 +114,6 @@ def expand(template: str, value: float, labels: Mapping[str, str]) -> str:
         raise ValueError(f"template function {pipe!r} has no expansion in promtool_tests")
 
     return _TEMPLATE.sub(one, template)
-
-
-# ==============================================================================================================
-# histogram_quantile as Prometheus computes it
-# ==============================================================================================================
-def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float:
-    """Prometheus's classic-histogram quantile: `bounds` finite upper bounds, `cumulative` counts incl. +Inf last."""
-    total = cumulative[-1]
-    rank = q * total
-    index = next(i for i, c in enumerate(cumulative) if c >= rank)
-    if index == len(bounds):
-        return bounds[-1]
-    start = 0.0 if index == 0 else bounds[index - 1]
-    below = 0.0 if index == 0 else cumulative[index - 1]
-    count = cumulative[index] - below
-    return start + (bounds[index] - start) * ((rank - below) / count)
 
 
 # ==============================================================================================================
@@ -435,7 +419,8 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
         cumulative_share = [0.0] * k + [1.0] * (len(bounds) - k)
         p50 = histogram_quantile(0.5, bounds, [*cumulative_share, 1.0])
         p99 = histogram_quantile(0.99, bounds, [*cumulative_share, 1.0])
-        if slo.consistency is not None and p99 / p50 > slo.consistency.max_p99_over_p50:
+        if (slo.consistency is not None and p50 is not None and p99 is not None
+                and p99 / p50 > slo.consistency.max_p99_over_p50):  # fmt: skip
             quiet_consistency = [r for r in quiet_consistency if not (r.model == model and r.request_class == rc.name
                                                                       and r.sli is sli)]  # fmt: skip
         slow += _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes, bounds=bounds)[0]
@@ -819,7 +804,7 @@ def files(spec: Spec) -> dict[str, Any]:
 
 
 __all__ = [
-    "expand", "files", "fires_at", "histogram_quantile", "humanize_duration", "record_windows", "unit_tests",
+    "expand", "files", "fires_at", "humanize_duration", "record_windows", "unit_tests",
 ]  # fmt: skip
 
 
@@ -939,10 +924,7 @@ class _Timeline:
 
     def quantile(self, q: float, start: int, end: int) -> float | None:
         """histogram_quantile(q) of the requests between two samples; None without requests."""
-        counts = self.counts(start, end)
-        if sum(counts) <= 0:
-            return None
-        return histogram_quantile(q, self.bounds, list(itertools.accumulate(counts)))
+        return histogram_quantile(q, self.bounds, list(itertools.accumulate(self.counts(start, end))))
 
     def series(self, name: str, base: Mapping[str, str], le_text: Callable[[float], str]) -> list[dict[str, str]]:
         out = []

@@ -22,6 +22,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from slokit.promql import histogram_quantile
 from slokit.schema import Sli
 from slokit.spec import PERCENTILES, TIER_NAMES, SloSpec, Spec
 from slokit.units import format_duration
@@ -142,23 +143,6 @@ def indicator_keys(spec: Spec) -> list[Key]:
 # ==============================================================================================================
 # Quantiles from buckets
 # ==============================================================================================================
-def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float | None:
-    """Prometheus's classic-histogram quantile; None when there are no events."""
-    total = float(cumulative[-1])
-    if total <= 0:
-        return None
-    rank = q * total
-    index = next(i for i, c in enumerate(cumulative) if c >= rank)
-    if index == len(bounds):
-        return float(bounds[-1])  # in the +Inf bucket: Prometheus answers the highest finite bound
-    start = 0.0 if index == 0 else float(bounds[index - 1])
-    below = 0.0 if index == 0 else float(cumulative[index - 1])
-    count = float(cumulative[index]) - below
-    if count <= 0:
-        return float(bounds[index])
-    return start + (float(bounds[index]) - start) * ((rank - below) / count)
-
-
 def _tier_of(value: float, slo: SloSpec, percentile: str) -> str:
     for tier in TIER_NAMES:
         limit = slo.tiers.tier(tier).get(percentile)
