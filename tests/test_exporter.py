@@ -218,6 +218,31 @@ def test_ten_thousand_unknown_classes_create_no_series(vllm_config: Any) -> None
 
 
 @pytest.mark.vllm
+def test_a_rebuilt_logger_replaces_its_store_and_a_new_registry_at_a_freed_address_is_new(vllm_config: Any) -> None:
+    """vLLM may build the logger again in one process: the new store replaces the old one on the registry. A
+    registry that is gone is forgotten, so a new one that CPython puts at its address (same id()) is a registry
+    like any other: remembered by id(), a fresh registry once failed to unregister a stranger's store (KeyError)."""
+    from slokit.exporters.vllm import SlokitStatLogger
+
+    environ = {"SLOKIT_SPEC": str(ENGINE_SPEC)}
+    registry = CollectorRegistry()
+    SlokitStatLogger(vllm_config, [0], registry=registry, environ=environ)
+    SlokitStatLogger(vllm_config, [0], registry=registry, environ=environ)  # would raise on duplicated series
+    names = [family.name for family in registry.collect()]
+    assert names and len(names) == len(set(names))  # one store's families, once
+
+    seen: set[int] = set()
+    reused = 0
+    for _ in range(30):
+        fresh = CollectorRegistry()
+        reused += id(fresh) in seen
+        seen.add(id(fresh))
+        SlokitStatLogger(vllm_config, [0], registry=fresh, environ=environ)
+        del fresh  # no cycle holds it: freed here
+    assert reused > 0  # else the loop proved nothing (CPython reuses freed addresses: 28 of 30 when written)
+
+
+@pytest.mark.vllm
 def test_faults_are_counted_and_never_raised(vllm_config: Any) -> None:
     logger = make_logger(vllm_config, SLOKIT_EXPORTER_DRILL_HEADER="drill")
     logger.record(None, object())  # not an IterationStats at all

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, MutableMapping
 from importlib.metadata import PackageNotFoundError, version
@@ -71,7 +72,9 @@ FLUSH_INTERVAL_S: Final = 1.0  # several API servers: how often values are copie
 
 _ACTIVE: SlokitStatLogger | None = None  # the logger the hooks report to (the newest one in this process)
 _HOOKS: dict[str, bool] = {}  # hook name -> installed
-_REGISTERED: dict[int, MetricStore] = {}  # id(registry) -> the store registered there
+# registry -> the store this module registered there (replaced when vLLM builds a new logger). Weak keys: a
+# registry that is gone must not be confused with a new one that happens to get the same id().
+_REGISTERED: weakref.WeakKeyDictionary[CollectorRegistry, MetricStore] = weakref.WeakKeyDictionary()
 
 
 def _declared(name: str | None) -> str:
@@ -217,11 +220,11 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             self.model, spec.digest if spec else "", slokit.__version__, _vllm_version(), str(self.tracking).lower()
         )[0] = 1.0
         target = registry if registry is not None else REGISTRY
-        previous = _REGISTERED.pop(id(target), None)
+        previous = _REGISTERED.pop(target, None)
         if previous is not None:
             target.unregister(previous)
         target.register(self.store)
-        _REGISTERED[id(target)] = self.store
+        _REGISTERED[target] = self.store
         _ACTIVE = self
         # Several API servers: vLLM's /metrics merges prometheus_client's per-process files only.
         self._mirror = MultiprocessMirror(self.store) if multiprocess_enabled() else None
