@@ -141,7 +141,7 @@ def indicator_keys(spec: Spec) -> list[Key]:
 
 
 # ==============================================================================================================
-# Quantiles from buckets
+# Small helpers: tiers, values, times, window lengths
 # ==============================================================================================================
 def _tier_of(value: float, slo: SloSpec, percentile: str) -> str:
     for tier in TIER_NAMES:
