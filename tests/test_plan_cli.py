@@ -72,7 +72,7 @@ def test_json_has_every_input_term_and_result_with_units() -> None:
     counts = {
         "layers", "hidden_size", "attention_heads", "kv_heads", "head_dim", "experts", "experts_per_token",
         "tensor_parallel", "pipeline_parallel", "gpus_per_engine", "max_num_seqs", "engines", "gpus",
-        "min_tensor_parallel_to_fit",
+        "min_tensor_parallel_to_fit", "tp_nodes", "tp_gpus_per_node", "engine_nodes",
     }  # fmt: skip
     units = ("_bytes", "_seconds", "_per_second", "_tokens", "_ratio", "_sequences", "_params", "_flops")
 

@@ -20,8 +20,11 @@ from slokit.plan.roofline import (
     DEFAULT_EFFICIENCY,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_HEADROOM,
+    DEFAULT_NETWORK_BYTES_PER_SECOND,
+    DEFAULT_NETWORK_LATENCY_SECONDS,
     DEFAULT_OVERHEAD_BYTES,
     GIB,
+    GPUS_PER_NODE,
     KV_DTYPES,
     WEIGHT_DTYPES,
     Calibration,
@@ -197,8 +200,8 @@ def plan_command(
     efficiency: Annotated[
         float | None,
         typer.Option(
-            help=f"Share of peak bandwidth and FLOP/s reached (default {DEFAULT_EFFICIENCY}); calibrate from "
-            "slokit probe (docs/plan.md)."
+            help=f"Share of peak bandwidth and FLOP/s reached (default {DEFAULT_EFFICIENCY}): memory and compute "
+            "times are divided by it, communication is not; calibrate from slokit probe (docs/plan.md)."
         ),
     ] = None,
     gpu_memory_utilization: Annotated[
@@ -218,6 +221,20 @@ def plan_command(
             "written e.g. 0.008ms)."
         ),
     ] = None,
+    network_gbps: Annotated[
+        float | None,
+        typer.Option(
+            help=f"Network between servers, per GPU, Gb/s (default {DEFAULT_NETWORK_BYTES_PER_SECOND * 8 / 1e9:g}): "
+            f"what a TP group larger than {GPUS_PER_NODE} GPUs all-reduces over."
+        ),
+    ] = None,
+    network_latency: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Fixed cost of an all-reduce's step between servers (default "
+            f"{DEFAULT_NETWORK_LATENCY_SECONDS * 1e6:g}us, written e.g. 0.025ms)."
+        ),
+    ] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="The engine's --max-num-seqs cap on the batch.")] = None,
     measured_itl: Annotated[
         str | None,
@@ -235,8 +252,10 @@ def plan_command(
     """Roofline capacity plan: does the model fit, how fast can it decode and prefill, how many GPUs for the SLO.
 
     Decode is bound by HBM bandwidth (weights + batch x KV read per step), prefill by FLOP/s; tensor-parallel
-    all-reduces are a separate term. Every time is a lower bound divided by --efficiency. Exits 1 when the model
-    does not fit or an SLO cannot be met, 2 for bad flags.
+    all-reduces are a separate term (over NVLink or PCIe inside a server, and over the network too when TP is
+    larger than a server's 8 GPUs), and "bound" names the largest of the three. Memory and compute times are lower
+    bounds divided by --efficiency; communication is added as computed from the link rate and
+    --allreduce-latency. Exits 1 when the model does not fit or an SLO cannot be met, 2 for bad flags.
 
     Examples:
 
@@ -266,6 +285,8 @@ def plan_command(
             "gpu_memory_utilization": gpu_memory_utilization,
             "overhead_bytes_per_gpu": None if overhead_gib is None else overhead_gib * GIB,
             "allreduce_latency_seconds": _duration(allreduce_latency, "--allreduce-latency"),
+            "network_bytes_per_second": None if network_gbps is None else network_gbps * 1e9 / 8,
+            "network_latency_seconds": _duration(network_latency, "--network-latency"),
             "max_num_seqs": max_num_seqs,
         }
         if weight_dtype is not None:

@@ -272,7 +272,13 @@ def probe(
     if as_json:
         typer.echo(json.dumps(document_out, indent=2))
     if not document_out["measured_requests"]:
-        typer.echo("nothing could be measured: no request succeeded (see the failure reasons above)", err=True)
+        unreachable = document_out.get("unreachable")
+        why = (
+            f"{unreachable} (every request failed to connect)"
+            if unreachable
+            else "no request succeeded (see the failure reasons above)"
+        )
+        typer.echo(f"nothing could be measured: {why}", err=True)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -358,11 +364,16 @@ async def _run(
 ) -> dict[str, Any]:
     from slokit.probe import Endpoint, Limits, auto_warmup, probe_search
     from slokit.probe import results as probe_results
+    from slokit.probe.client import ConnectError
     from slokit.probe.load import calibrate_tokens_per_word, discover_model, run_level
     from slokit.probe.report import ProgressLine, document, print_summary
 
     if model is None:
-        model = await discover_model(url)
+        try:
+            model = await discover_model(url)
+        except ConnectError as exc:  # no server there: "pass --model" would not help
+            typer.echo(f"error: {exc} (reading /v1/models for the model name); is the server running?", err=True)
+            raise typer.Exit(EXIT_FAILED) from None
         if model is None:
             typer.echo(f"error: could not read a model name from {url}'s /v1/models; pass --model NAME", err=True)
             raise typer.Exit(EXIT_FAILED)

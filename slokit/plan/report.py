@@ -31,6 +31,8 @@ def title(plan: Plan) -> str:
     """`llama-3-70b on 8 x h100-sxm (TP 8), bf16 weights, bf16 KV cache`."""
     i = plan.inputs
     layout = f"TP {i.tensor_parallel}" + (f" x PP {i.pipeline_parallel}" if i.pipeline_parallel > 1 else "")
+    if i.engine_nodes > 1:  # a group larger than a server is a different machine to buy and to run
+        layout += f" over {i.engine_nodes} servers"
     return (
         f"{i.model.name} on {i.gpus_per_engine} x {i.gpu.name} ({layout}), {i.weight_dtype} weights, "
         f"{i.kv_dtype} KV cache, {_int(i.context_tokens)}-token context"
@@ -58,8 +60,8 @@ def render_text(plan: Plan) -> str:
         rows.append(
             (
                 "decode, batch 1",
-                f"ITL {_ms(one.expected)} (floor {_ms(one.floor)}: {one.bound} "
-                f"{_ms(max(one.memory_floor, one.compute_floor))}{comm})",
+                f"ITL {_ms(one.expected)} (floor {_ms(one.floor)}: {one.roof} "
+                f"{_ms(max(one.memory_floor, one.compute_floor))}{comm}), {one.bound}-bound",
             )
         )
     slo = f" at ITL SLO {format_duration(i.itl_slo_seconds)}" if i.itl_slo_seconds is not None else ""
@@ -88,7 +90,7 @@ def render_text(plan: Plan) -> str:
     rows.append(
         (
             f"prefill {_int(pre.prompt_tokens)} tokens",
-            f"{_ms(pre.expected)} ({pre.bound}-bound; compute-bound above "
+            f"{_ms(pre.expected)} ({pre.bound}-bound; compute outweighs memory above "
             f"{plan.prefill_compute_bound_above_prompt_tokens} tokens){ttft}",
         )
     )

@@ -3,10 +3,13 @@
 Decode is bound by memory bandwidth: every step reads the weights once and each running sequence's KV cache, so
 the step time at batch B is (weights + B x context x KV bytes per token) / bandwidth, unless the B tokens' FLOPs take
 longer. Prefill is bound by compute: 2 x active params FLOPs per prompt token plus causal attention, unless reading
-the weights once takes longer. Tensor parallelism adds two all-reduces per layer, a stated term of its own.
+the weights once takes longer. Tensor parallelism adds two all-reduces per layer, a stated term of its own: over
+NVLink or PCIe inside one server, and over the inter-node network as well when the TP group is larger than a server
+(`GPUS_PER_NODE`), as a hierarchical all-reduce (NCCL's shape for it).
 
-Every figure here is a floor (perfect overlap, peak rates). The *expected* values divide the floor by one
-efficiency factor (default `DEFAULT_EFFICIENCY`), calibrated from `slokit probe` results (docs/plan.md). The model
+Every figure here is a floor (perfect overlap, peak rates). The *expected* values divide the memory and compute
+floor by one efficiency factor (default `DEFAULT_EFFICIENCY`), calibrated from `slokit probe` results (docs/plan.md);
+the communication term is added as it stands, its latency and link rate being stated inputs of their own. The model
 leaves out scheduling, sampling, paging, chunked-prefill interleaving and queueing, which is why a pure roofline
 under-predicts ITL by 15-30% against a real vLLM and why sizing adds headroom.
 """
@@ -34,6 +37,15 @@ DEFAULT_EFFICIENCY: Final = 0.75
 DEFAULT_GPU_MEMORY_UTILIZATION: Final = 0.9  # vLLM's --gpu-memory-utilization default
 DEFAULT_OVERHEAD_BYTES: Final = 2 * GIB  # per GPU: activations at peak, CUDA graphs, NCCL buffers (vLLM profiles it)
 DEFAULT_ALLREDUCE_LATENCY_SECONDS: Final = 8e-6  # per small all-reduce on NVLink (vLLM's custom all-reduce: ~5-10 us)
+GPUS_PER_NODE: Final = 8
+"""GPUs one server holds (HGX/DGX H100, H200 and A100 boards, and the usual 8-slot PCIe servers): a TP group larger
+than this spans servers, and its all-reduces cross the network between them."""
+DEFAULT_NETWORK_BYTES_PER_SECOND: Final = 400e9 / 8
+"""One direction, per GPU, between servers: 400 Gb/s NDR InfiniBand or RoCE, one ConnectX-7 per GPU as on DGX H100
+and H200 (50 GB/s, against NVLink's 450 GB/s)."""
+DEFAULT_NETWORK_LATENCY_SECONDS: Final = 25e-6
+"""Fixed cost of the inter-node step of one all-reduce (NCCL over InfiniBand: tens of microseconds for small
+messages, against NVLink's ~8 us), paid twice per layer per decode step."""
 DEFAULT_CONTEXT_TOKENS: Final = 2048  # resident tokens per sequence when a spec's classes give no workload
 DEFAULT_HEADROOM: Final = 0.3
 MAX_BATCH_SEARCH: Final = 1 << 20
@@ -102,11 +114,49 @@ class PlanInputs:
     overhead_bytes_per_gpu: float = DEFAULT_OVERHEAD_BYTES
     allreduce_latency_seconds: float = DEFAULT_ALLREDUCE_LATENCY_SECONDS
     max_num_seqs: int | None = None  # the engine's --max-num-seqs cap on the batch
+    network_bytes_per_second: float = DEFAULT_NETWORK_BYTES_PER_SECOND  # per GPU, one direction, between servers
+    network_latency_seconds: float = DEFAULT_NETWORK_LATENCY_SECONDS  # inter-node step of one all-reduce
 
     @property
     def gpus_per_engine(self) -> int:
         """GPUs one engine (one replica) occupies."""
         return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def topology(self) -> TpTopology:
+        """Where the TP group sits: one server or several, and over which links its all-reduces run."""
+        return tp_topology(self.gpu, self.tensor_parallel)
+
+    @property
+    def engine_nodes(self) -> int:
+        """Servers one engine spans (TP x PP GPUs, `GPUS_PER_NODE` to a server)."""
+        return math.ceil(self.gpus_per_engine / GPUS_PER_NODE)
+
+
+@dataclass(frozen=True)
+class TpTopology:
+    """How a tensor-parallel group is laid out: `nodes` servers of `gpus_per_node` TP GPUs each.
+
+    Inside a server the GPUs talk over NVLink where it joins them all, else PCIe; between servers over the network.
+    """
+
+    tensor_parallel: int
+    nodes: int
+    gpus_per_node: int
+    intra_link: str  # "nvlink" or "pcie" (also named for TP 1, where nothing is sent)
+    intra_bytes_per_second: float  # one direction
+
+    @property
+    def link(self) -> str:
+        """`nvlink`, `pcie`, or `nvlink+network` / `pcie+network` for a group spanning servers."""
+        return self.intra_link + ("+network" if self.nodes > 1 else "")
+
+
+def tp_topology(gpu: GpuPreset, tensor_parallel: int) -> TpTopology:
+    """The layout of a TP group: as many full servers as it needs, its GPUs split evenly between them."""
+    nodes = max(1, math.ceil(tensor_parallel / GPUS_PER_NODE))
+    per_node = math.ceil(tensor_parallel / nodes)
+    return TpTopology(tensor_parallel, nodes, per_node, gpu.link_name(per_node), gpu.link_bytes_per_second(per_node))
 
 
 def check_inputs(inputs: PlanInputs) -> None:
@@ -153,8 +203,10 @@ def check_inputs(inputs: PlanInputs) -> None:
             problems.append(f"{name} must be positive, not {slo}")
     if inputs.max_num_seqs is not None and inputs.max_num_seqs < 1:
         problems.append(f"max_num_seqs must be at least 1, not {inputs.max_num_seqs}")
-    if inputs.overhead_bytes_per_gpu < 0 or inputs.allreduce_latency_seconds < 0:
-        problems.append("overhead and all-reduce latency cannot be negative")
+    if inputs.overhead_bytes_per_gpu < 0 or inputs.allreduce_latency_seconds < 0 or inputs.network_latency_seconds < 0:
+        problems.append("overhead, all-reduce latency and network latency cannot be negative")
+    if not inputs.network_bytes_per_second > 0:
+        problems.append(f"network bandwidth must be positive, not {inputs.network_bytes_per_second}")
     if problems:
         raise PlanError("; ".join(problems))
 
@@ -212,6 +264,30 @@ def ring_allreduce_seconds(message_bytes: float, tp: int, link_bytes_per_second:
     return latency + 2 * (tp - 1) / tp * message_bytes / link_bytes_per_second
 
 
+def allreduce_seconds(inputs: PlanInputs, message_bytes: float) -> float:
+    """One all-reduce of `message_bytes` across the TP group.
+
+    Inside one server it is a ring over the server's link. A group spanning servers reduces hierarchically, as NCCL
+    does: a reduce-scatter and an all-gather inside each server (a ring all-reduce's traffic over NVLink or PCIe),
+    and between them an all-reduce of each GPU's 1/g share across the servers over the network, every GPU on its
+    own NIC in parallel. Modelling it as one flat ring over PCIe (what a TP of 16 used to be) hid both the network
+    and its latency, which is what dominates a cross-server decode step at small batches.
+    """
+    topology = inputs.topology
+    inside = ring_allreduce_seconds(
+        message_bytes, topology.gpus_per_node, topology.intra_bytes_per_second, inputs.allreduce_latency_seconds
+    )
+    if topology.nodes == 1:
+        return inside
+    across = ring_allreduce_seconds(
+        message_bytes / topology.gpus_per_node,
+        topology.nodes,
+        inputs.network_bytes_per_second,
+        inputs.network_latency_seconds,
+    )
+    return inside + across
+
+
 def compute_flops_rate(gpu: GpuPreset, weight_dtype: str) -> float:
     """Peak dense FLOP/s the GEMMs run at: FP8 tensor cores for FP8 weights where the GPU has them, else BF16
     (INT8/INT4 are taken as weight-only quantisation that dequantises to BF16)."""
@@ -240,9 +316,14 @@ class DecodeStep:
     expected: float  # max(memory, compute) / efficiency + communication
 
     @property
-    def bound(self) -> str:
+    def roof(self) -> str:
         """Which roof holds: memory or compute."""
         return "memory" if self.memory_floor >= self.compute_floor else "compute"
+
+    @property
+    def bound(self) -> str:
+        """The largest term of the floor: memory, compute or communication (what to change to go faster)."""
+        return _largest_term(self.memory_floor, self.compute_floor, self.tp_communication + self.pp_communication)
 
 
 def decode_step(inputs: PlanInputs, batch: int) -> DecodeStep:
@@ -260,15 +341,14 @@ def decode_step(inputs: PlanInputs, batch: int) -> DecodeStep:
     flops = 2 * shape.active_params * batch + attention_flops(shape, batch, inputs.context_tokens)
     # each stage runs its layers for all pp micro-batches per round, the stages side by side: all tp x pp GPUs busy
     compute = flops / (compute_flops_rate(gpu, inputs.weight_dtype) * tp * pp)
-    link = gpu.link_bytes_per_second(tp)
     message = micro * shape.hidden_size * ACTIVATION_BYTES
-    tp_comm = (
-        pp
-        * 2
-        * math.ceil(shape.layers / pp)
-        * ring_allreduce_seconds(message, tp, link, inputs.allreduce_latency_seconds)
-    )
-    pp_comm = pp * (pp - 1) / pp * (inputs.allreduce_latency_seconds + message / link) if pp > 1 else 0.0
+    tp_comm = pp * 2 * math.ceil(shape.layers / pp) * allreduce_seconds(inputs, message)
+    pp_comm = 0.0
+    if pp > 1:  # stages on other servers hand their activations over the network
+        across = inputs.engine_nodes > 1
+        link = inputs.network_bytes_per_second if across else inputs.topology.intra_bytes_per_second
+        latency = inputs.network_latency_seconds if across else inputs.allreduce_latency_seconds
+        pp_comm = pp * (pp - 1) / pp * (latency + message / link)
     roof = max(memory, compute)
     comm = tp_comm + pp_comm
     return DecodeStep(
@@ -289,9 +369,20 @@ class Prefill:
     expected: float
 
     @property
-    def bound(self) -> str:
+    def roof(self) -> str:
         """Which roof holds: memory or compute."""
         return "memory" if self.memory_floor >= self.compute_floor else "compute"
+
+    @property
+    def bound(self) -> str:
+        """The largest term of the floor: memory, compute or communication."""
+        return _largest_term(self.memory_floor, self.compute_floor, self.tp_communication)
+
+
+def _largest_term(memory: float, compute: float, communication: float) -> str:
+    """The name of the largest term; ties go to the roof (communication binds only when it is strictly larger)."""
+    roof_name, roof = ("memory", memory) if memory >= compute else ("compute", compute)
+    return "communication" if communication > roof else roof_name
 
 
 def prefill(inputs: PlanInputs, prompt_tokens: int) -> Prefill:
@@ -304,11 +395,7 @@ def prefill(inputs: PlanInputs, prompt_tokens: int) -> Prefill:
     written = prompt_tokens * kv_bytes_per_token(shape, inputs.kv_dtype) / tp
     memory = transfer_seconds(read + written, gpu.hbm_bandwidth_bytes_per_second)
     message = prompt_tokens * shape.hidden_size * ACTIVATION_BYTES
-    comm = (
-        2
-        * shape.layers
-        * ring_allreduce_seconds(message, tp, gpu.link_bytes_per_second(tp), inputs.allreduce_latency_seconds)
-    )
+    comm = 2 * shape.layers * allreduce_seconds(inputs, message)
     roof = max(compute, memory)
     return Prefill(prompt_tokens, flops, compute, memory, comm, roof + comm, roof / inputs.efficiency + comm)
 
@@ -399,8 +486,13 @@ class Plan:
                 "hbm_bytes": gpu.hbm_bytes,
                 "hbm_bandwidth_bytes_per_second": gpu.hbm_bandwidth_bytes_per_second,
                 "compute_flops_per_second": compute_flops_rate(gpu, i.weight_dtype),
-                "link": gpu.link_name(i.tensor_parallel),
-                "link_one_direction_bytes_per_second": gpu.link_bytes_per_second(i.tensor_parallel),
+                "link": i.topology.link,
+                "link_one_direction_bytes_per_second": i.topology.intra_bytes_per_second,
+                "tp_nodes": i.topology.nodes,
+                "tp_gpus_per_node": i.topology.gpus_per_node,
+                "engine_nodes": i.engine_nodes,
+                "network_one_direction_bytes_per_second": i.network_bytes_per_second,
+                "network_latency_seconds": i.network_latency_seconds,
                 "tensor_parallel": i.tensor_parallel,
                 "pipeline_parallel": i.pipeline_parallel,
                 "gpus_per_engine": i.gpus_per_engine,
@@ -540,7 +632,7 @@ def plan(inputs: PlanInputs, *, with_8bit_kv: bool = True) -> Plan:
     if ttft is not None:
         limit = shape.max_context_tokens or MAX_BATCH_SEARCH
         max_prompt = _largest(limit, lambda n: prefill(inputs, n).expected <= ttft)
-    crossover = _largest(MAX_BATCH_SEARCH, lambda n: prefill(inputs, n).bound == "memory") + 1
+    crossover = _largest(MAX_BATCH_SEARCH, lambda n: prefill(inputs, n).roof == "memory") + 1
     engines = gpus = None
     if inputs.concurrency is not None and max_batch >= 1:
         engines = math.ceil(inputs.concurrency * (1 + inputs.headroom) / max_batch - 1e-9)
@@ -636,11 +728,70 @@ def _notes(p: Plan) -> list[str]:
                 else ""
             )
         )
+    notes.extend(_communication_notes(p))
     notes.append(
-        f"every time here is a lower bound divided by efficiency {i.efficiency:.3g}: the roofline leaves out "
-        "scheduling, sampling, chunked-prefill interleaving and queueing; calibrate --efficiency from slokit probe "
-        "(docs/plan.md)"
+        f"every memory and compute time here is a lower bound divided by efficiency {i.efficiency:.3g} (the "
+        "roofline leaves out scheduling, sampling, chunked-prefill interleaving and queueing; calibrate "
+        "--efficiency from slokit probe, docs/plan.md); communication is added undivided, from its stated link "
+        "rate and latency"
     )
+    return notes
+
+
+def _communication_notes(p: Plan) -> list[str]:
+    """Say when the TP group spans servers (and what that costs), and when communication is the largest term.
+
+    A TP group larger than a server sends every all-reduce over the network between servers; a planner that says
+    nothing about it, or names the memory roof while communication dominates the step, points the reader at the
+    wrong fix.
+    """
+    i = p.inputs
+    topology = i.topology
+    notes: list[str] = []
+    step = p.step_at_max_batch or p.step_at_batch_1
+    if topology.nodes > 1:
+        split = f"{topology.nodes} servers of {topology.gpus_per_node} x {i.gpu.name}"
+        cost = ""
+        if step is not None:
+            share = step.tp_communication / step.expected if step.expected else 0.0
+            cost = (
+                f"; at batch {step.batch} communication is {step.tp_communication * 1e3:.1f} ms of the "
+                f"{step.expected * 1e3:.1f} ms step ({share:.0%})"
+            )
+        alternative = ""
+        pp_alternative = replace(
+            i, tensor_parallel=topology.gpus_per_node, pipeline_parallel=i.pipeline_parallel * topology.nodes
+        )
+        try:
+            check_inputs(pp_alternative)
+        except PlanError:
+            pass
+        else:
+            alternative = (
+                f"; --tp {topology.gpus_per_node} --pp {pp_alternative.pipeline_parallel} keeps every all-reduce "
+                f"inside a server ({topology.intra_link})"
+            )
+        notes.append(
+            f"TP {i.tensor_parallel} spans {split} (at most {GPUS_PER_NODE} GPUs to a server): every all-reduce "
+            f"also crosses the network between them, modelled at {i.network_bytes_per_second * 8 / 1e9:g} Gb/s per "
+            f"GPU and {i.network_latency_seconds * 1e6:g} us per all-reduce (--network-gbps, --network-latency)"
+            f"{cost}{alternative}"
+        )
+    elif i.pipeline_parallel > 1 and i.engine_nodes > 1:
+        notes.append(
+            f"TP {i.tensor_parallel} x PP {i.pipeline_parallel} spans {i.engine_nodes} servers: the pipeline "
+            "hand-offs between them cross the network; the all-reduces stay inside each server"
+        )
+    for label, candidate in (("at the largest batch", p.step_at_max_batch), ("at batch 1", p.step_at_batch_1)):
+        if candidate is not None and candidate.bound == "communication":
+            roof = max(candidate.memory_floor, candidate.compute_floor)
+            notes.append(
+                f"communication, not {candidate.roof}, bounds the decode step {label}: "
+                f"{(candidate.tp_communication + candidate.pp_communication) * 1e3:.1f} ms of all-reduces against "
+                f"{roof * 1e3:.1f} ms of {candidate.roof} time; fewer GPUs per all-reduce (less TP, more PP or "
+                "more engines) or a faster link shortens it"
+            )
+            break
     return notes
 
 

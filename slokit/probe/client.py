@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import math
 import selectors
@@ -496,7 +497,20 @@ class _Connection(asyncio.Protocol):
 
 
 class ConnectError(OSError):
-    """A connection could not be opened."""
+    """A connection could not be opened; the message says where and why, e.g. `connection refused at HOST:PORT`."""
+
+
+def _connect_failure(host: str, port: int, reason: OSError | str) -> ConnectError:
+    """One wording for a failed connect, so a refused port reads the same in every place that reports it.
+
+    A refused connection is the commonest mistake (wrong port, server not started yet) and is named as such;
+    every other cause keeps the operating system's words.
+    """
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if isinstance(reason, OSError) and reason.errno == errno.ECONNREFUSED:
+        return ConnectError(f"connection refused at {where}")
+    text = reason if isinstance(reason, str) else (reason.strerror or str(reason))
+    return ConnectError(f"cannot connect to {where}: {text}")
 
 
 class HttpClient:
@@ -528,19 +542,18 @@ class HttpClient:
                 f"connecting to {self.url.host_header} timed out after {self.connect_timeout:g}s"
             ) from None
         except OSError as exc:
-            raise ConnectError(f"cannot connect to {self.url.host_header}: {exc.strerror or exc}") from None
+            raise _connect_failure(self.url.host, self.url.port, exc) from None
         self._all.add(protocol)
         return protocol
 
     async def _open_stamping(self, loop: asyncio.AbstractEventLoop) -> _Connection:
-        where = self.url.host_header
         try:
             infos = await asyncio.wait_for(
                 loop.getaddrinfo(self.url.host, self.url.port, type=socket.SOCK_STREAM), self.connect_timeout
             )
         except (TimeoutError, OSError) as exc:
             raise ConnectError(f"cannot resolve {self.url.host}: {exc}") from None
-        last: str = "no address"
+        last: OSError | str = "no address"
         for family, kind, proto, _, address in infos:
             sock = socket.socket(family, kind, proto)
             sock.setblocking(False)
@@ -552,7 +565,7 @@ class HttpClient:
                 continue
             except OSError as exc:
                 sock.close()
-                last = exc.strerror or str(exc)
+                last = exc
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with contextlib.suppress(OSError):  # without kernel stamps the read time is used
@@ -561,7 +574,7 @@ class HttpClient:
             conn.connection_made(_StampingTransport(loop, sock, conn))
             self._all.add(conn)
             return conn
-        raise ConnectError(f"cannot connect to {where}: {last}")
+        raise _connect_failure(self.url.host, self.url.port, last)
 
     def build(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> bytes:
         """The request bytes (built once, before a load level starts)."""

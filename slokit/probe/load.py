@@ -576,13 +576,15 @@ def _origin_path(url: str, leaf: str) -> Url:
 
 
 async def discover_model(url: str, timeout: float = 10.0) -> str | None:
-    """The first model the server lists at `/v1/models` (None when it cannot say)."""
+    """The first model the server lists at `/v1/models` (None when the server answers but cannot say).
+
+    Raises `ConnectError` when no connection opens: "pass --model" would be the wrong advice for a server that
+    is not there, and the caller says so instead.
+    """
     models = _origin_path(url, "/v1/models")
     http = HttpClient(models)
     try:
         status, body = await http.get_json(models.path, timeout)
-    except ConnectError:
-        return None
     finally:
         await client.close_quietly(http)
     if status != 200 or not isinstance(body, dict):

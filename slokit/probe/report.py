@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from slokit import __version__
 from slokit.probe.load import Endpoint, Progress, Workload
-from slokit.probe.results import Check, Criteria, LevelSummary
+from slokit.probe.results import Check, Criteria, LevelSummary, binding_check, unreachable
 from slokit.probe.search import SearchResult
 from slokit.units import format_duration
 
@@ -44,8 +44,7 @@ def level_warnings(levels: Sequence[LevelSummary]) -> list[str]:
 
 def single_level_outcome(level: LevelSummary) -> dict[str, Any]:
     """`max_passing`/`min_failing`/`binding_constraint` for a run of one fixed level."""
-    failed = [check for check in level.checks if not check.passed]
-    binding = max(failed, key=lambda c: c.margin, default=None)
+    binding = binding_check(level.checks)
     value = int(level.load.value) if level.load.kind == "concurrency" else level.load.value
     judged = bool(level.checks)
     return {
@@ -80,6 +79,7 @@ def document(
         "slokit_version": __version__,
         **outcome,
         "measured_requests": measured,
+        "unreachable": unreachable(levels),
         "url": endpoint.url,
         "model": endpoint.model,
         "api": endpoint.api,
@@ -100,6 +100,11 @@ def document(
 
 def _ms(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value * 1000:.1f}"
+
+
+def _rate(value: float) -> str:
+    """`12.34 req/s`, or `no req/s measured` when no request succeeded (a rate of NaN means nothing to a reader)."""
+    return f"{value:.2f} req/s" if math.isfinite(value) else "no req/s measured"
 
 
 def describe_check(check: Check) -> str:
@@ -167,9 +172,8 @@ def print_summary(levels: Sequence[LevelSummary], outcome: dict[str, Any], crite
     console.print(f"smallest failing level: {failing if failing is not None else 'none'}{unit if failing else ''}")
     failing_level = next((lv for lv in levels if failing is not None and lv.load.value == failing), None)
     if failing_level is not None:
-        failed = [c for c in failing_level.checks if not c.passed]
-        if failed:
-            worst = max(failed, key=lambda c: c.margin)
+        worst = binding_check(failing_level.checks)
+        if worst is not None:
             console.print(f"bound by: {describe_check(worst)}")
     goodput = outcome.get("goodput_rps")
     if goodput is not None:
@@ -219,7 +223,7 @@ class ProgressLine:
         why = f" ({describe_check(worst)})" if worst is not None and not level.passed else ""
         text = (
             f"{level.load.label}: {level.succeeded} ok, {level.failed} failed, "
-            f"{level.request_rate:.2f} req/s{verdict}{why}"
+            f"{_rate(level.request_rate)}{verdict}{why}"
         )
         if self.live:
             text = "\r\x1b[2K" + text

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from slokit.probe.client import CONNECT
 from slokit.probe.load import LevelRun, Load, RequestRecord
 from slokit.schema import Sli
 from slokit.spec import PERCENTILES, RequestClass
@@ -131,6 +132,31 @@ class Check:
         }
 
 
+def binding_check(checks: Iterable[Check]) -> Check | None:
+    """The failed check that binds: the worst over its limit among those measured, else any failed one.
+
+    Measured means a finite value: with no successful request every latency percentile is NaN (margin inf) and
+    would otherwise outrank the error-rate check that actually explains the failure.
+    """
+    failed = [check for check in checks if not check.passed]
+    measured = [check for check in failed if math.isfinite(check.value)]
+    return max(measured or failed, key=lambda c: c.margin, default=None)
+
+
+def unreachable(levels: Iterable[LevelSummary]) -> str | None:
+    """Why no connection opened (`connection refused at HOST:PORT`) when every measured request failed to connect.
+
+    None when any request connected: then the server is there and the per-reason counts tell the story.
+    """
+    details: list[str] = []
+    for level in levels:
+        for record in level.records():
+            if record.ok or record.reason != CONNECT:
+                return None
+            details.append(record.detail)
+    return Counter(details).most_common(1)[0][0] if details else None
+
+
 @dataclass(frozen=True)
 class Distribution:
     """Percentiles of one metric at one level (seconds)."""
@@ -219,8 +245,13 @@ class LevelSummary:
         return max((check.margin for check in self.checks), default=-math.inf)
 
     def worst_check(self) -> Check | None:
-        """The check closest to failing (or failing worst)."""
-        return max(self.checks, key=lambda c: c.margin, default=None)
+        """The check that binds the level: the measured failure worst over its limit, else the closest to failing.
+
+        A latency check at a level where no request succeeded has nothing to measure (its value is NaN), so it
+        binds only when no measured check failed; otherwise the error rate, which did fail, would be hidden
+        behind "ttft p50 n/a".
+        """
+        return binding_check(self.checks) or max(self.checks, key=lambda c: c.margin, default=None)
 
     def records(self) -> list[RequestRecord]:
         """Measured records of every run."""

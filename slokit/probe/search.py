@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slokit.probe.load import LevelRun, Load, LoadKind
-from slokit.probe.results import Check, Criteria, LevelSummary, summarize
+from slokit.probe.results import Check, Criteria, LevelSummary, binding_check, summarize
 
 Measure = Callable[[Load, int], Awaitable[LevelRun]]  # (load, run number of that level) -> one run
 OnLevel = Callable[[LevelSummary], None]
@@ -71,8 +71,7 @@ class SearchResult:
         failing = self.level(self.min_failing)
         if failing is None:
             return None
-        failed = [check for check in failing.checks if not check.passed]
-        return max(failed, key=lambda c: c.margin, default=None)
+        return binding_check(failing.checks)
 
     @property
     def goodput(self) -> float:

@@ -1,0 +1,148 @@
+"""Issue 32, items 10, 13, 14, 16 and 17: what a first deployment hit in `probe`, `plan`, `import`/`export` and
+`init`, each checked through the command a user runs.
+
+The probe is pointed at a port that was bound and closed (nothing listens there), so a refused connection is
+certain without any server; the planner's numbers are checked against the terms it prints, so "bound" cannot name
+one term while another is larger.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from slokit.cli import app
+
+runner = CliRunner()
+
+
+def closed_port() -> int:
+    """A loopback port that was just free: bound, then closed, so a connection to it is refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# ==============================================================================================================
+# Item 10: probe against a closed port
+# ==============================================================================================================
+def test_probe_without_model_at_a_closed_port_says_connection_refused() -> None:
+    port = closed_port()
+    result = runner.invoke(app, ["probe", f"http://127.0.0.1:{port}", "-c", "1", "-n", "2"])
+    assert result.exit_code == 1, result.output
+    assert f"connection refused at 127.0.0.1:{port}" in result.stderr
+    assert "pass --model" not in result.stderr  # the model name is not what is missing
+
+
+def test_probe_with_model_at_a_closed_port_is_bound_by_the_error_rate() -> None:
+    port = closed_port()
+    result = runner.invoke(app, ["probe", f"http://127.0.0.1:{port}", "--model", "m", "-n", "2"])  # the search
+    assert result.exit_code == 1, result.output
+    assert "bound by: 100.0% of requests failed, at most 1.0% allowed" in result.stdout
+    assert "n/a" not in result.output and "nan" not in result.output
+    assert "no req/s measured" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"nothing could be measured: connection refused at 127.0.0.1:{port} (every request failed to connect)"
+    )
+
+
+def test_probe_json_at_a_closed_port_names_the_error_rate_and_the_refused_address() -> None:
+    port = closed_port()
+    argv = ["probe", f"http://127.0.0.1:{port}", "--model", "m", "-c", "2", "-n", "3", "--json"]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert doc["binding_constraint"]["kind"] == "errors"
+    assert doc["binding_constraint"]["value"] == 1.0
+    assert doc["unreachable"] == f"connection refused at 127.0.0.1:{port}"
+    assert doc["levels"][0]["failures"] == {"connect": 3}
+
+
+# ==============================================================================================================
+# Item 13: plan with a TP group larger than a server
+# ==============================================================================================================
+def plan_json(*args: str) -> dict[str, Any]:
+    result = runner.invoke(app, ["plan", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    found: dict[str, Any] = json.loads(result.stdout)["plans"][0]
+    return found
+
+
+def largest_term(memory: float, compute: float, communication: float) -> str:
+    roof_name, roof = ("memory", memory) if memory >= compute else ("compute", compute)
+    return "communication" if communication > roof else roof_name
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "16", "--context", "2048"),
+        ("--model", "llama-3-70b", "--gpu", "h100-pcie", "--tp", "8", "--context", "2048"),
+        ("--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "8", "--context", "2048"),
+        ("--model", "llama-3-8b", "--gpu", "l40s", "--tp", "4", "--context", "1024", "--concurrency", "64"),
+        ("--model", "mixtral-8x7b", "--gpu", "a100-80gb", "--tp", "8", "--pp", "2", "--context", "4096"),
+    ],
+)
+def test_plan_bound_names_the_largest_term(args: tuple[str, ...]) -> None:
+    found = plan_json(*args)
+    for step in (found["decode"]["at_batch_1"], found["decode"]["at_max_batch"]):
+        communication = step["tp_communication_seconds"] + step["pp_communication_seconds"]
+        terms = (step["memory_floor_seconds"], step["compute_floor_seconds"], communication)
+        assert step["bound"] == largest_term(*terms), (step, terms)
+    pre = found["prefill"]
+    terms = (pre["memory_floor_seconds"], pre["compute_floor_seconds"], pre["tp_communication_seconds"])
+    assert pre["bound"] == largest_term(*terms)
+
+
+def test_plan_tp_16_spans_two_servers_and_its_all_reduces_cross_the_network() -> None:
+    args = ("--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "16", "--context", "2048")
+    found = plan_json(*args)
+    assert found["inputs"]["link"] == "nvlink+network"
+    assert found["inputs"]["tp_nodes"] == 2 and found["inputs"]["tp_gpus_per_node"] == 8
+    # by hand, one token (batch 1): 8192 x 2 bytes; inside a server a ring of 8 over NVLink (450 GB/s, 8 us), across
+    # the two servers a ring of 2 over each GPU's 400 Gb/s NIC carrying 1/8 of the message (25 us); 2 per layer
+    message = 8192 * 2.0
+    inside = 8e-6 + 2 * 7 / 8 * message / 450e9
+    across = 25e-6 + 2 * 1 / 2 * (message / 8) / 50e9
+    one = found["decode"]["at_batch_1"]
+    assert one["tp_communication_seconds"] == pytest.approx(2 * 80 * (inside + across))
+    assert one["bound"] == "communication"  # 5.3 ms of all-reduces against 2.6 ms of reading weights
+    notes = " ".join(found["notes"])
+    assert "TP 16 spans 2 servers of 8 x h100-sxm" in notes
+    assert "--tp 8 --pp 2 keeps every all-reduce inside a server" in notes
+    text = runner.invoke(app, ["plan", *args])
+    assert "(TP 16 over 2 servers)" in text.stdout.splitlines()[0]
+    assert "communication-bound" in text.stdout
+
+
+def test_plan_network_flags_change_the_cross_server_term_and_are_checked() -> None:
+    base = ("--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "16", "--context", "2048")
+    slow = plan_json(*base, "--network-gbps", "100", "--network-latency", "0.05ms")
+    fast = plan_json(*base)
+    assert (
+        slow["decode"]["at_batch_1"]["tp_communication_seconds"]
+        > fast["decode"]["at_batch_1"]["tp_communication_seconds"]
+    )
+    assert slow["inputs"]["network_one_direction_bytes_per_second"] == pytest.approx(12.5e9)
+    bad = runner.invoke(app, ["plan", *base, "--network-gbps", "0"])
+    assert bad.exit_code == 2 and "network bandwidth must be positive" in bad.stderr
+
+
+def test_plan_help_and_code_agree_that_communication_is_not_divided_by_efficiency() -> None:
+    found = plan_json("--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "8", "--context", "2048")
+    efficiency = found["inputs"]["efficiency_ratio"]
+    step = found["decode"]["at_max_batch"]
+    roof = max(step["memory_floor_seconds"], step["compute_floor_seconds"])
+    assert step["itl_expected_seconds"] == pytest.approx(roof / efficiency + step["tp_communication_seconds"])
+    help_text = " ".join(runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "400"}).stdout.split())
+    assert "Every time is a lower bound divided by --efficiency" not in help_text
+    assert "Memory and compute times are lower bounds divided by --efficiency; communication is added" in help_text
+    assert "communication is not" in help_text  # the --efficiency option says so too
+    notes = " ".join(found["notes"])
+    assert "every time here is a lower bound divided by efficiency" not in notes
+    assert "communication is added undivided" in notes
