@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from slokit.cli import app
+from slokit.interop.importers import _objective
+from slokit.interop.model import BUCKETS_ANNOTATION
+from slokit.schema import Sli
+from slokit.spec import load_spec
 
 runner = CliRunner()
 
@@ -146,3 +152,73 @@ def test_plan_help_and_code_agree_that_communication_is_not_divided_by_efficienc
     notes = " ".join(found["notes"])
     assert "every time here is a lower bound divided by efficiency" not in notes
     assert "communication is added undivided" in notes
+
+
+# ==============================================================================================================
+# Item 14: export openslo, then import, keeps the histogram's buckets
+# ==============================================================================================================
+def test_openslo_round_trip_keeps_the_buckets_and_the_scale_out_boundary(tmp_path: Path) -> None:
+    spec_path, exported, back = tmp_path / "slo.yaml", tmp_path / "slo.openslo.yaml", tmp_path / "back.yaml"
+    assert runner.invoke(app, ["init", "-o", str(spec_path)]).exit_code == 0
+    assert runner.invoke(app, ["export", "openslo", str(spec_path), "-o", str(exported)]).exit_code == 0
+    result = runner.invoke(app, ["import", str(exported), "-o", str(back)])
+    assert result.exit_code == 0, result.output
+    original, imported = load_spec(spec_path), load_spec(back)
+    for rc in original.classes:
+        for sli in rc.slos:
+            if rc.slos[sli].objective is not None:
+                assert imported.histogram_buckets(imported.request_class(rc.name), sli) == (
+                    original.histogram_buckets(rc, sli)
+                ), (rc.name, sli)
+    chat = imported.request_class("chat")
+    assert 0.4 in imported.histogram_buckets(chat, Sli.TTFT)  # 0.8 x the 500ms objective
+    shown = runner.invoke(app, ["validate", str(back)])
+    assert "scale-out: more than 5.00% of requests above 400ms" in shown.stdout, shown.output
+
+
+def test_import_of_a_millisecond_histogram_writes_its_buckets_in_milliseconds(tmp_path: Path) -> None:
+    sli_doc = {
+        "apiVersion": "openslo/v1",
+        "kind": "SLI",
+        "metadata": {"name": "lat", "annotations": {BUCKETS_ANNOTATION: "50,100,240,300,1000"}},
+        "spec": {
+            "ratioMetric": {
+                "counter": True,
+                "good": {"metricSource": {"type": "Prometheus", "spec": {"query": GOOD_MS}}},
+                "total": {"metricSource": {"type": "Prometheus", "spec": {"query": TOTAL_MS}}},
+            }
+        },
+    }
+    slo_doc = {
+        "apiVersion": "openslo/v1",
+        "kind": "SLO",
+        "metadata": {"name": "lat"},
+        "spec": {
+            "service": "web",
+            "indicatorRef": "lat",
+            "timeWindow": [{"duration": "28d", "isRolling": True}],
+            "budgetingMethod": "Occurrences",
+            "objectives": [{"target": 0.99}],
+        },
+    }
+    source = tmp_path / "in.yaml"
+    source.write_text(yaml.safe_dump_all([sli_doc, slo_doc]))
+    result = runner.invoke(app, ["import", str(source), "-o", str(tmp_path / "out.yaml")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "out.yaml").read_text()
+    assert "buckets: [50, 100, 240, 300, 1000]" in text and "unit: ms" in text
+    spec = load_spec(tmp_path / "out.yaml")
+    assert spec.histogram_buckets(spec.classes[0], Sli.E2E) == pytest.approx((0.05, 0.1, 0.24, 0.3, 1.0))
+
+
+@pytest.mark.parametrize("value", ["50,40,300", "abc", "50,100", "-1,300", "0,300"])
+def test_a_malformed_buckets_annotation_is_left_out_with_a_warning(value: str) -> None:
+    good, total = GOOD_MS, TOTAL_MS
+    found = _objective("f.yaml", "lat", "OpenSLO v1 SLO", None, "", 99.0, 86400.0, good, total,
+                       annotations={BUCKETS_ANNOTATION: value})  # fmt: skip
+    assert found.buckets is None
+    assert any(w.startswith("buckets: ") and "default ladder" in w for w in found.warnings)
+
+
+GOOD_MS = 'sum(rate(http_request_duration_milliseconds_bucket{job="web",le="300"}[5m]))'
+TOTAL_MS = 'sum(rate(http_request_duration_milliseconds_count{job="web"}[5m]))'

@@ -14,13 +14,15 @@ Formats (as their projects publish them):
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
 from slokit.interop.latency import guess_sli, latency
-from slokit.interop.model import Notice, Objective, Unsupported
+from slokit.interop.model import BUCKETS_ANNOTATION, Notice, Objective, Unsupported
 from slokit.schema import Sli
 from slokit.units import DurationError, parse_duration
 
@@ -74,6 +76,7 @@ def _objective(
         sli = Sli(notes["slokit.dev/sli"])
     model_label = notes.get("slokit.dev/model-label") or None
     models = tuple(m for m in str(notes.get("slokit.dev/models", "")).split(",") if m)
+    buckets, bucket_warnings = _buckets(notes.get(BUCKETS_ANNOTATION), found.threshold / found.scale)
     return Objective(
         file=file,
         slo=slo,
@@ -88,10 +91,35 @@ def _objective(
         scale=found.scale,
         sli=sli,
         grouping=found.grouping,
-        warnings=found.warnings,
+        warnings=found.warnings + bucket_warnings,
         model_label=str(model_label) if model_label else None,
         class_name=str(notes["slokit.dev/class"]) if notes.get("slokit.dev/class") else None,
         models=models,
+        buckets=buckets,
+    )
+
+
+def _buckets(value: Any, threshold: float) -> tuple[tuple[float, ...] | None, tuple[str, ...]]:
+    """The `slokit.dev/buckets` annotation of slokit's own export: the histogram's le boundaries (its unit).
+
+    Kept so an export and import round trip reads the same buckets: without them the imported spec assumes the
+    default ladder, and boundaries that are not thresholds (the scale-out boundary) move. A value that is not an
+    increasing list of positive numbers holding the threshold is left out, with a warning, rather than refusing
+    the objective: the default ladder still works, only less exactly.
+    """
+    if value is None:
+        return None, ()
+    try:
+        bounds = tuple(float(part) for part in str(value).split(","))
+    except ValueError:
+        bounds = ()
+    ordered = all(b > a for a, b in itertools.pairwise(bounds))
+    holds = any(math.isclose(b, threshold, rel_tol=1e-9) for b in bounds)
+    if bounds and ordered and bounds[0] > 0 and all(math.isfinite(b) for b in bounds) and holds:
+        return bounds, ()
+    return None, (
+        f"buckets: {BUCKETS_ANNOTATION} {str(value)[:80]!r} is not an increasing list of positive bounds holding "
+        "the threshold; the imported histogram gets slokit's default ladder",
     )
 
 

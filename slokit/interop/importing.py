@@ -17,7 +17,7 @@ from typing import Any, Final
 import yaml
 
 from slokit.interop import importers
-from slokit.interop.model import Notice, Objective
+from slokit.interop.model import Notice, Objective, format_number
 from slokit.spec import SPEC_VERSION
 from slokit.units import format_duration
 from slokit.yamlloc import YamlLocationError, safe_load_all_bounded
@@ -225,6 +225,8 @@ def _slo_lines(objective: Objective) -> list[str]:
         lines.extend(f"            {_label(k)}: {_quote(v)}" for k, v in selector.items())
     if objective.scale != 1.0:
         lines.append("          unit: ms")
+    if objective.buckets is not None:
+        lines.append(f"          buckets: [{', '.join(format_number(b) for b in objective.buckets)}]")
     lines.append(
         f"        objective: {{percentile: {objective.percentile:g}, "
         f"threshold: {format_duration(objective.threshold)}}}"

@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from slokit.interop.selectors import Matcher
 from slokit.schema import Sli
+
+BUCKETS_ANNOTATION: Final = "slokit.dev/buckets"  # written by slokit's OpenSLO export, read by its import
+
+
+def format_number(value: float) -> str:
+    """A bound as YAML reads back as the same number: `0.24`, `240`, never `1e-05` (a YAML 1.1 string)."""
+    text = repr(float(value))
+    if "e" in text or "E" in text:
+        text = f"{value:.15f}".rstrip("0").rstrip(".")
+    return text.removesuffix(".0")
+
+
+def format_buckets(seconds: tuple[float, ...], scale: float) -> str:
+    """The boundaries as comma-separated `le` values in the histogram's unit (seconds / `scale`)."""
+    return ",".join(format_number(round(bound / scale, 12)) for bound in seconds)
 
 
 class Unsupported(Exception):
@@ -37,6 +53,7 @@ class Objective:
     model_label: str | None = None
     class_name: str | None = None  # kept by slokit's own export, so a round trip keeps class names
     models: tuple[str, ...] = ()  # likewise, the models the objective ran on
+    buckets: tuple[float, ...] | None = None  # le boundaries in the histogram's unit, where the file says them
     warnings: tuple[str, ...] = field(default=())
 
 

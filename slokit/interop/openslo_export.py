@@ -4,7 +4,10 @@ Each objective (class x SLI with an `objective:`) becomes one SLI (ratioMetric: 
 the histogram's `_count`, both as PromQL rates) and one SLO (Occurrences budgeting, rolling window of the spec,
 target = percentile / 100). The bucket's `le` matcher is the rules' own: `le=~"5\\.0|5"` for a whole bound, which
 Python clients write `5.0` and Go clients `5`. Annotations under `slokit.dev/` keep what OpenSLO has no field for
-(SLI kind, class, model label), so `slokit import` of the export gives back the same objectives.
+(SLI kind, class, model label, and the histogram's bucket boundaries), so `slokit import` of the export gives back
+the same objectives over the same buckets: without them an imported histogram gets the default ladder, and every
+boundary that is not a threshold (the scale-out boundary at 0.8 x the TTFT objective, the consistency ladder) moves
+to the nearest default bucket below it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any, Final
 
 from slokit import promql
 from slokit.generate.queries import Queries
+from slokit.interop.model import BUCKETS_ANNOTATION, format_buckets
 from slokit.spec import Spec
 from slokit.units import prom_duration
 
@@ -51,6 +55,8 @@ def documents(spec: Spec) -> list[dict[str, Any]]:
             }
             if hist.model_label is not None:
                 annotations["slokit.dev/model-label"] = hist.model_label
+            if hist.buckets is not None:  # in the histogram's own unit, as its le labels read
+                annotations[BUCKETS_ANNOTATION] = format_buckets(hist.buckets, hist.scale)
             source = {"type": "Prometheus"}
             docs.append(
                 {
