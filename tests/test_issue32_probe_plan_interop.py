@@ -222,3 +222,54 @@ def test_a_malformed_buckets_annotation_is_left_out_with_a_warning(value: str) -
 
 GOOD_MS = 'sum(rate(http_request_duration_milliseconds_bucket{job="web",le="300"}[5m]))'
 TOTAL_MS = 'sum(rate(http_request_duration_milliseconds_count{job="web"}[5m]))'
+
+
+# ==============================================================================================================
+# Item 16: the first steps a new user takes read clean
+# ==============================================================================================================
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_init_example_validates_without_a_warning(tmp_path: Path) -> None:
+    target = tmp_path / "slo.yaml"
+    assert runner.invoke(app, ["init", "-o", str(target)]).exit_code == 0
+    result = runner.invoke(app, ["validate", str(target)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "", result.stderr  # no "warning: page tier 1h/5m adapted ..."
+    assert "adapted" not in result.stdout
+
+
+def test_the_init_example_is_the_assistant_example_with_its_burn_rate_tiers_spelled_out(tmp_path: Path) -> None:
+    target = tmp_path / "slo.yaml"
+    assert runner.invoke(app, ["init", "-o", str(target)]).exit_code == 0
+    bundled, example = load_spec(target), load_spec(ROOT / "examples" / "assistant.yaml")
+    assert bundled.classes == example.classes and bundled.models == example.models
+    assert bundled.alerting.burn_rates[1:] == example.alerting.burn_rates  # the workbook's four, after a fast page
+    fast = bundled.alerting.burn_rates[0]
+    assert (fast.severity, fast.long, fast.short) == ("page", 600.0, 300.0)
+
+
+def test_generate_help_names_every_folder_generate_writes(tmp_path: Path) -> None:
+    spec_path, out = tmp_path / "slo.yaml", tmp_path / "deploy"
+    assert runner.invoke(app, ["init", "-o", str(spec_path)]).exit_code == 0
+    written = runner.invoke(app, ["generate", str(spec_path), "-o", str(out), "--no-promtool"])
+    assert written.exit_code == 0, written.output
+    folders = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert "alertmanager" in folders
+    help_text = runner.invoke(app, ["generate", "--help"], env={"COLUMNS": "200"}).stdout
+    for folder in folders:
+        assert f"{folder}/:" in help_text, folder
+
+
+def test_readme_plan_spec_line_promises_gpus_only_with_concurrency(tmp_path: Path) -> None:
+    line = next(
+        text for text in (ROOT / "README.md").read_text().splitlines() if text.startswith("slokit plan --spec slo.yaml")
+    )
+    comment = line.partition("#")[2]
+    spec_path = tmp_path / "slo.yaml"
+    assert runner.invoke(app, ["init", "-o", str(spec_path)]).exit_code == 0
+    found = plan_json("--spec", str(spec_path))
+    assert found["sizing"]["gpus"] is None  # what the line's command gives: no GPU count without a peak
+    assert "GPUs" not in comment or "--concurrency" in comment, line
+    with_peak = plan_json("--spec", str(spec_path), "--concurrency", "300")
+    assert with_peak["sizing"]["gpus"] is not None

@@ -45,7 +45,7 @@ def generate(
     ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the --mutants sample.")] = 16,
 ) -> None:
-    """Write the rules, alerts, promtool tests, dashboards, runbook and Kubernetes objects of specs.
+    """Write specs' rules, alerts, promtool tests, dashboards, runbook, Kubernetes objects and Alertmanager config.
 
     Under OUTPUT:
 
@@ -56,6 +56,9 @@ def generate(
     runbooks/: one Markdown runbook per service: a short section per alert, linking its debugging guide.
 
     exporters/: PrometheusRule, vLLM + GPU sidecar Deployment, ConfigMap, PodMonitor, HPA, KEDA ScaledObject.
+
+    alertmanager/: one Alertmanager configuration per service: pages and tickets routed to the spec's receivers,
+    grouped and inhibited as the alerts expect (docs/rules.md; amtool check-config passes on it).
 
     --engine victoriametrics writes rules that fire on time under vmalert (no promtool tests: the file is
     MetricsQL, checked with `vmalert -dryRun` when vmalert is on PATH); thanos and mimir add their rulers' fields.
