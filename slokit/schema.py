@@ -608,3 +608,13 @@ RECORD_KV_CACHE_USAGE: Final = "slokit_engine:kv_cache_usage:ratio"
 RECORD_PREEMPTIONS: Final = "slokit_engine:preemptions:rate5m"
 RECORD_DECODE_TOKENS: Final = "slokit_engine:generation_tokens:rate5m"  # decode tokens/s per engine
 RECORD_EXPECTED_DECODE_TOKENS: Final = "slokit:expected_decode_tokens_per_second"  # from the planner, per model
+# Parameters and facts as recorded constant series, so that one alert rule per family covers the whole fleet: the
+# alert joins a window's ratio with its parameter `on (service, class, slo)` (or `on (service, model)` for model
+# facts). They carry the labels their rule writes (service, class, slo; long, short and severity on burn factors).
+RECORD_BURN_THRESHOLD: Final = "slokit:burn_rate:threshold"  # the burn factor a tier fires above, per objective
+RECORD_CONSISTENCY_LIMIT: Final = "slokit:latency_p99_over_p50:limit"  # the spec's max_p99_over_p50, per SLO
+RECORD_MAX_NUM_SEQS: Final = "slokit:max_num_seqs"  # the engine's --max-num-seqs, per model
+RECORD_MODEL_INFO: Final = "slokit:model_info"  # 1 per model of the spec; `served` says whether a class uses it
+RULE_LABEL_LONG: Final = "long"  # a burn-rate tier's long window (`1h`), on its alerts and its factors
+RULE_LABEL_SHORT: Final = "short"  # its short window (`5m`)
+RULE_LABEL_SERVED: Final = "served"  # on slokit:model_info: "true" when some class with an SLO uses the model

@@ -15,15 +15,16 @@ say so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from slokit import schema
 from slokit.generate import queries
-from slokit.generate.model import AlertKind, AlertRule, heading_anchor
+from slokit.generate.model import AlertKind, AlertRule, Member, heading_anchor
 from slokit.generate.once import once
-from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, selector
+from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, one_of, rename_label as rename, selector
+from slokit.promql import quote as promql_quote
 from slokit.schema import SLI_TITLES, Sli
 from slokit.spec import PERCENTILES, BurnRateWindow, RequestClass, Spec, TierCell
 from slokit.units import format_duration, prom_duration
@@ -237,7 +238,12 @@ def adapted_burn_tiers(spec: Spec) -> list[BurnTier]:
 
 
 class _Builder:
-    """Collects alert rules, giving each its own runbook title, anchor and URL."""
+    """Collects alert rules, giving each its own runbook title, anchor and URL.
+
+    A rule covers the whole fleet: its labels are the rule's own (severity, service, windows, the spec's extra
+    labels); model, class and slo come from the series it reads. Its title and anchor name the rule, not a model,
+    so adding a model changes neither.
+    """
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
@@ -254,27 +260,22 @@ class _Builder:
         description: str,
         detail: str,
         *,
-        model: str,
-        request_class: RequestClass | None = None,
-        sli: Sli | None = None,
+        members: Sequence[Member],
+        condition: Mapping[str, float | str] | None = None,
         extra_labels: Mapping[str, str] | None = None,
         keep_firing: bool = True,
     ) -> None:
         spec = self.spec
+        if not members:
+            return
         labels: dict[str, str] = {
             schema.ALERT_LABEL_SEVERITY: spec.alerting.severity.label(severity),
             schema.RULE_LABEL_SERVICE: spec.service,
         }
-        if sli is not None:
-            labels[schema.RULE_LABEL_SLO] = sli.value
-        labels[schema.RULE_LABEL_MODEL] = model
-        if request_class is not None:
-            labels[schema.RULE_LABEL_CLASS] = request_class.name
         labels.update(extra_labels or {})
         labels.update(spec.alerting.labels)
-        where = f"{request_class.name} on {model}" if request_class is not None else model
-        what = f"{sli.value} " if sli is not None else ""
-        title = f"{name}: {what}{where}{', ' + detail if detail else ''} ({labels[schema.ALERT_LABEL_SEVERITY]})"
+        title = f"{name}: {detail} ({labels[schema.ALERT_LABEL_SEVERITY]})" if detail else (
+            f"{name} ({labels[schema.ALERT_LABEL_SEVERITY]})")  # fmt: skip
         anchor = heading_anchor(title)
         if anchor in self.anchors:
             raise ValueError(f"two alerts would share the runbook section {anchor!r}")
@@ -297,70 +298,114 @@ class _Builder:
                 kind=kind,
                 anchor=anchor,
                 title=title,
-                model=model,
-                request_class=request_class.name if request_class is not None else None,
-                sli=sli,
                 keep_firing_for=prom_duration(KEEP_FIRING_FOR) if keep_firing else "",
+                members=tuple(members),
+                condition=dict(condition or {}),
             )
         )
 
 
 _SLO_KEYS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
+# Per-SLO parameters are per class and SLI: every model of a class shares them.
+_PARAM_KEYS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
+ON_SLO: Final = f"on ({', '.join(_SLO_KEYS)})"
+ON_PARAMS: Final = f"on ({', '.join(_PARAM_KEYS)}) group_left ()"
+ON_MODEL: Final = f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL})"
+
+# Template text an alert's annotations use for the series it fires on.
+WHO: Final = "{{ $labels.class }} on {{ $labels.model }}"
+SLO_TEXT: Final = "{{ $labels.slo }}"
 
 
-def _slo_matchers(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> list[tuple[str, str, str]]:
-    return [
-        eq(schema.RULE_LABEL_SERVICE, spec.service),
-        eq(schema.RULE_LABEL_MODEL, model),
-        eq(schema.RULE_LABEL_CLASS, rc.name),
-        eq(schema.RULE_LABEL_SLO, sli.value),
-    ]
+def _service(spec: Spec) -> Matcher:
+    return eq(schema.RULE_LABEL_SERVICE, spec.service)
+
+
+def _recorded(spec: Spec, record: str, extra: Sequence[Matcher] = ()) -> str:
+    return selector(record, [_service(spec), *extra])
+
+
+def _burn_key(tier: BurnTier) -> tuple[str, float, float, float, bool]:
+    return (tier.window.severity, tier.window.long, tier.window.short, tier.window.for_, bool(tier.adapted))
+
+
+def burn_threshold_labels(spec: Spec, tier: BurnTier) -> dict[str, str]:
+    """The labels of one objective's burn factor series (slokit:burn_rate:threshold) for one tier."""
+    return {
+        schema.RULE_LABEL_SERVICE: spec.service,
+        schema.RULE_LABEL_CLASS: tier.request_class,
+        schema.RULE_LABEL_SLO: tier.sli.value,
+        schema.RULE_LABEL_LONG: prom_duration(tier.window.long),
+        schema.RULE_LABEL_SHORT: prom_duration(tier.window.short),
+        schema.ALERT_LABEL_SEVERITY: spec.alerting.severity.label(tier.window.severity),
+    }
+
+
+def burn_thresholds(spec: Spec) -> list[tuple[dict[str, str], float]]:
+    """Every objective's burn factor per tier that can fire, as (labels, factor) for the parameter records."""
+    return [(burn_threshold_labels(spec, t), t.factor) for t in all_burn_tiers(spec) if not t.skipped]
 
 
 def _burn_alerts(b: _Builder) -> None:
+    """One rule per burn-rate tier shape (severity, windows, `for`): both windows' burn rates above the factor of
+    each objective's own parameter series, so every model and class with that tier is covered by one rule."""
     spec = b.spec
-    for rc in spec.classes:
-        for sli, slo in rc.slos.items():
-            objective = slo.objective
-            if objective is None:
-                continue
-            for tier in burn_tiers(spec, rc, sli):
-                if tier.skipped:
-                    continue
-                window, factor = tier.window, tier.factor
-                long, short = prom_duration(window.long), prom_duration(window.short)
-                for model in rc.models:
-                    m = _slo_matchers(spec, model, rc, sli)
-                    expr = (
-                        f"{selector(schema.record_burn_rate(long), m)} > {number(factor)}\n"
-                        f"and\n{selector(schema.record_burn_rate(short), m)} > {number(factor)}"
-                    )
-                    if tier.adapted:
-                        # Short windows: a few requests must not page (one bad request in a quiet 5m is 100%).
-                        total = selector(schema.record_sli_total(prom_duration(FAST_SHORT_WINDOW)), m)
-                        expr += f"\nand on ({', '.join(_SLO_KEYS)})\n{total} >= {spec.alerting.min_requests}"
-                    spends = (
-                        f"which spends {_fmt(window.budget_percent)}% of the {_days(spec.window)} budget in {long}"
-                        if not tier.adapted
-                        else f"adapted from the spec's tier so that a total outage pages within "
-                        f"{format_duration(PAGE_WITHIN)}"
-                    )
-                    description = (
-                        f"{SLI_TITLES[sli].capitalize()} of {rc.name} on {model} is spending its error budget "
-                        f'{{{{ $value | printf "%.2f" }}}}x as fast as the objective allows over {long} (and '
-                        f"{short}); this tier fires above {_fmt(factor)}x ({_fmt(tier.threshold * 100)}% of requests "
-                        f"slow), {spends}. Objective: "
-                        f"{_fmt(objective.percentile)}% within {format_duration(objective.threshold)}."
-                    )
-                    b.add(
-                        NAME_BURN, AlertKind.BURN_RATE, expr, window.for_, window.severity, description,
-                        f"{long}-{short} burn", model=model, request_class=rc, sli=sli,
-                        extra_labels={"long": long, "short": short},
-                    )  # fmt: skip
+    grouped: dict[tuple[str, float, float, float, bool], list[BurnTier]] = {}
+    for tier in all_burn_tiers(spec):
+        if not tier.skipped:
+            grouped.setdefault(_burn_key(tier), []).append(tier)
+    rc_of = {rc.name: rc for rc in spec.classes}
+    for (severity, long_s, short_s, for_s, adapted), tiers in grouped.items():
+        long, short = prom_duration(long_s), prom_duration(short_s)
+        factor_labels = [
+            eq(schema.RULE_LABEL_LONG, long),
+            eq(schema.RULE_LABEL_SHORT, short),
+            eq(schema.ALERT_LABEL_SEVERITY, spec.alerting.severity.label(severity)),
+        ]
+        factor = _recorded(spec, schema.RECORD_BURN_THRESHOLD, factor_labels)
+        expr = (
+            f"(\n{_recorded(spec, schema.record_burn_rate(long))}\n> {ON_PARAMS}\n{factor}\n)\n"
+            f"and {ON_SLO}\n"
+            f"(\n{_recorded(spec, schema.record_burn_rate(short))}\n> {ON_PARAMS}\n{factor}\n)"
+        )
+        condition: dict[str, float | str] = {"long": long_s, "short": short_s, "for": for_s}
+        if adapted:
+            # Short windows: a few requests must not page (one bad request in a quiet 5m is 100%).
+            total = _recorded(spec, schema.record_sli_total(prom_duration(FAST_SHORT_WINDOW)))
+            expr += f"\nand {ON_SLO}\n{total} >= {spec.alerting.min_requests}"
+            condition["min_requests"] = spec.alerting.min_requests
+        members = []
+        for tier in tiers:
+            objective = rc_of[tier.request_class].slos[tier.sli].objective
+            assert objective is not None
+            params = {"factor": tier.factor, "error_ratio": tier.threshold, "error_budget": tier.error_budget,
+                      "objective": objective.target_ratio, "threshold": objective.threshold}  # fmt: skip
+            members += [Member(model, tier.request_class, tier.sli, params) for model in rc_of[tier.request_class].models]
+        factors = sorted({t.factor for t in tiers})
+        if adapted:
+            spends = (
+                f"this fast page tier is adapted per objective (its factor is in the runbook) so that a total outage "
+                f"pages within {format_duration(PAGE_WITHIN)}"
+            )
+        else:
+            spends = (
+                f"this tier fires above {_fmt(factors[0])}x, which spends {_fmt(tiers[0].window.budget_percent)}% of "
+                f"the {_days(spec.window)} budget in {long}"
+            )
+        description = (
+            f"{SLO_TEXT} of {WHO} is spending its error budget "
+            f'{{{{ $value | printf "%.2f" }}}}x as fast as the objective allows over {long} (and {short}); '
+            f"{spends}."
+        )
+        detail = f"{long}-{short} burn" + (", fast page" if adapted else "")
+        b.add(
+            NAME_BURN, AlertKind.BURN_RATE, expr, for_s, severity, description, detail, members=members,
+            condition=condition, extra_labels={schema.RULE_LABEL_LONG: long, schema.RULE_LABEL_SHORT: short},
+        )  # fmt: skip
 
 
 def traffic_guard(spec: Spec, matchers: list[Matcher]) -> str:
-    """`<requests in the last 5m> >= alerting.min_requests` for one SLO, from the recorded bucket rates.
+    """`<requests in the last 5m> >= alerting.min_requests` per SLO, from the recorded bucket rates.
 
     Tier, baseline, consistency and scale-out signals decide on a 5m window; below the guard one slow request would
     be a p50 or a p99, so they stay quiet (the dashboards say "too little traffic").
@@ -385,41 +430,56 @@ def tier_cells(spec: Spec, kind: str) -> tuple[TierCell, ...]:
     return spec.alerting.page_tiers if kind == "page" else spec.alerting.ticket_tiers
 
 
+def _class_matcher(names: Sequence[str]) -> Matcher:
+    return one_of(schema.RULE_LABEL_CLASS, list(names))
+
+
 def _tier_alerts(b: _Builder) -> None:
-    """Page on p50 worse than critical, ticket on p95 worse than acceptable (or the cells `alerting.tiers` names).
+    """Page on p50 worse than critical, ticket on p95 worse than acceptable (or the cells `alerting.tiers` names):
+    one rule per cell and severity.
 
     `p > X` holds exactly when fewer than p of the requests took X or less, and X is a bucket boundary (the spec
-    checker makes sure), so the decision is a count against that boundary, not an interpolated quantile.
+    checker makes sure), so the decision is a count against that boundary, not an interpolated quantile. Classes
+    whose threshold is the same boundary of the same SLI share one term; each other boundary adds one.
     """
     spec = b.spec
-    on = f"on ({', '.join(_SLO_KEYS)})"
-    for rc in spec.classes:
-        for sli, slo in rc.slos.items():
-            for severity in ("ticket", "page"):
-                for cell in tier_cells(spec, severity):
+    for severity in ("ticket", "page"):
+        for cell in tier_cells(spec, severity):
+            name = {"critical": NAME_CRITICAL, "target": NAME_TARGET}.get(cell.tier, NAME_ACCEPTABLE)
+            q = PERCENTILES[cell.percentile]
+            terms: dict[tuple[Sli, tuple[str, str, str]], list[RequestClass]] = {}
+            members: list[Member] = []
+            for rc in spec.classes:
+                for sli, slo in rc.slos.items():
                     seconds = slo.tiers.tier(cell.tier).get(cell.percentile)
                     if seconds is None:
                         continue
-                    name = NAME_CRITICAL if cell.tier == "critical" else NAME_ACCEPTABLE
-                    if cell.tier == "target":
-                        name = NAME_TARGET
-                    q = PERCENTILES[cell.percentile]
-                    for model in rc.models:
-                        m = _slo_matchers(spec, model, rc, sli)
-                        within = fraction_within(m, seconds, spec.histogram(rc, sli))
-                        expr = f"(\n{within}\n) < {number(q)}\nand {on}\n{traffic_guard(spec, m)}"
-                        description = (
-                            f"Only {{{{ $value | humanizePercentage }}}} of {rc.name} requests on {model} had a "
-                            f"{SLI_TITLES[sli]} within {format_duration(seconds)} over the last 5m, so "
-                            f"{cell.percentile} is worse than the {cell.tier} tier of {format_duration(seconds)} "
-                            f"(it needs {q:.1%}), for {format_duration(spec.alerting.tier_for)}, with at least "
-                            f"{spec.alerting.min_requests} requests in the window."
-                        )
-                        b.add(
-                            name, AlertKind.TIER, expr, spec.alerting.tier_for, severity, description,
-                            f"{cell.percentile} above {format_duration(seconds)}", model=model, request_class=rc,
-                            sli=sli, extra_labels={"percentile": cell.percentile},
-                        )  # fmt: skip
+                    hist = spec.histogram(rc, sli)
+                    terms.setdefault((sli, le_matcher(hist.le_for(seconds))), []).append(rc)
+                    members += [Member(m, rc.name, sli, {"seconds": seconds, "quantile": q}) for m in rc.models]
+            if not members:
+                continue
+            fractions = []
+            for (sli, _), classes in terms.items():
+                rc = classes[0]
+                seconds = rc.slos[sli].tiers.tier(cell.tier)[cell.percentile]
+                base = [_service(spec), _class_matcher([c.name for c in classes]), eq(schema.RULE_LABEL_SLO, sli.value)]
+                fractions.append(fraction_within(base, seconds, spec.histogram(rc, sli)))
+            within = queries.union(fractions)
+            expr = f"(\n{within}\n) < {number(q)}\nand {ON_SLO}\n{traffic_guard(spec, [_service(spec)])}"
+            description = (
+                f"Only {{{{ $value | humanizePercentage }}}} of {WHO} requests had a {SLO_TEXT} within the "
+                f"{cell.tier} tier's {cell.percentile} threshold over the last 5m (it needs {q:.1%}; each class's "
+                f"threshold is in the runbook), for {format_duration(spec.alerting.tier_for)}, with at least "
+                f"{spec.alerting.min_requests} requests in the window."
+            )
+            condition: dict[str, float | str] = {"tier": cell.tier, "percentile": cell.percentile, "quantile": q,
+                                                 "window": BASE_SECONDS, "min_requests": spec.alerting.min_requests}  # fmt: skip
+            b.add(
+                name, AlertKind.TIER, expr, spec.alerting.tier_for, severity, description,
+                f"{cell.percentile} above {cell.tier}", members=members, condition=condition,
+                extra_labels={"percentile": cell.percentile},
+            )  # fmt: skip
 
 
 def _baseline_alerts(b: _Builder) -> None:
@@ -431,28 +491,27 @@ def _baseline_alerts(b: _Builder) -> None:
         if baseline.median_days >= 2
         else f"the same 5m {format_duration(baseline.offset)} ago"
     )
-    for rc in spec.classes:
-        for sli in rc.slos:
-            for model in rc.models:
-                m = _slo_matchers(spec, model, rc, sli)
-                p99 = selector(schema.RECORD_LATENCY_QUANTILE, [*m, eq("quantile", "0.99")])
-                base = selector(schema.RECORD_P99_BASELINE, m)
-                rate = selector(schema.RECORD_REQUEST_RATE, m[:3])
-                expr = (
-                    f"max without (quantile) ({p99}) > {number(baseline.ratio)} * {base}\n"
-                    f"and {on}\n{rate} >= {number(baseline.min_rps)}\n"
-                    f"and on ({', '.join(_SLO_KEYS)})\n{traffic_guard(spec, m)}"
-                )
-                description = (
-                    f"p99 {SLI_TITLES[sli]} of {rc.name} on {model} is {{{{ $value | humanizeDuration }}}}, more "
-                    f"than {_fmt(baseline.ratio)}x its baseline ({when}), with at least "
-                    f"{_fmt(baseline.min_rps)} requests/s now and then and at least {spec.alerting.min_requests} "
-                    "requests in the last 5m."
-                )
-                b.add(
-                    NAME_BASELINE, AlertKind.BASELINE, expr, baseline.for_, "ticket", description, "p99 vs baseline",
-                    model=model, request_class=rc, sli=sli,
-                )  # fmt: skip
+    members = [Member(m, rc.name, sli) for rc in spec.classes for sli in rc.slos for m in rc.models]
+    p99 = _recorded(spec, schema.RECORD_LATENCY_QUANTILE, [eq("quantile", "0.99")])
+    base = _recorded(spec, schema.RECORD_P99_BASELINE)
+    rate = _recorded(spec, schema.RECORD_REQUEST_RATE)
+    expr = (
+        f"max without (quantile) ({p99}) > {number(baseline.ratio)} * {base}\n"
+        f"and {on}\n{rate} >= {number(baseline.min_rps)}\n"
+        f"and {ON_SLO}\n{traffic_guard(spec, [_service(spec)])}"
+    )
+    description = (
+        f"p99 {SLO_TEXT} of {WHO} is {{{{ $value | humanizeDuration }}}}, more than {_fmt(baseline.ratio)}x its "
+        f"baseline ({when}), with at least {_fmt(baseline.min_rps)} requests/s now and then and at least "
+        f"{spec.alerting.min_requests} requests in the last 5m."
+    )
+    condition: dict[str, float | str] = {"ratio": baseline.ratio, "min_rps": baseline.min_rps,
+                                         "offset": baseline.offset, "median_days": baseline.median_days,
+                                         "min_requests": spec.alerting.min_requests}  # fmt: skip
+    b.add(
+        NAME_BASELINE, AlertKind.BASELINE, expr, baseline.for_, "ticket", description, "p99 vs baseline",
+        members=members, condition=condition,
+    )  # fmt: skip
 
 
 def scale_out_boundary(spec: Spec, request_class: RequestClass) -> float:
@@ -472,47 +531,50 @@ def scale_out_boundary(spec: Spec, request_class: RequestClass) -> float:
 def _scale_out_alerts(b: _Builder) -> None:
     spec = b.spec
     scale = spec.alerting.scale_out
+    members = []
     for rc in spec.scale_out_classes():
         slo = rc.slos[Sli.TTFT]
         assert slo.objective is not None
-        boundary = scale_out_boundary(spec, rc)
-        allowed = slo.objective.error_budget
-        for model in rc.models:
-            ratio = selector(schema.RECORD_SCALE_OUT, _slo_matchers(spec, model, rc, Sli.TTFT))
-            expr = f"{ratio} > {number(scale.fraction_of_slo)}"
-            description = (
-                f"More than {allowed:.2%} of {rc.name} requests on {model} (what the "
-                f"{_fmt(slo.objective.percentile)}% objective allows above {format_duration(slo.objective.threshold)})"
-                f" waited longer than {format_duration(boundary)} for their first token over the last 5m, for "
-                f"{format_duration(scale.for_)}: headroom is gone before the SLO breaks (signal "
-                f'{{{{ $value | printf "%.2f" }}}}, trigger {_fmt(scale.fraction_of_slo)}).'
-            )
-            b.add(
-                NAME_SCALE_OUT, AlertKind.SCALE_OUT, expr, scale.for_, "ticket", description, "", model=model,
-                request_class=rc, sli=Sli.TTFT,
-            )  # fmt: skip
+        params = {"boundary": scale_out_boundary(spec, rc), "allowed": slo.objective.error_budget,
+                  "scale": round(scale.fraction_of_slo / slo.objective.error_budget, 9)}  # fmt: skip
+        members += [Member(m, rc.name, Sli.TTFT, params) for m in rc.models]
+    expr = f"{_recorded(spec, schema.RECORD_SCALE_OUT)} > {number(scale.fraction_of_slo)}"
+    description = (
+        f"More of {WHO} requests than the time-to-first-token objective allows above its threshold waited longer "
+        f"than the scale-out boundary ({_fmt(scale.fraction_of_slo)} of the threshold; each class's is in the "
+        f"runbook) for their first token over the last 5m, for {format_duration(scale.for_)}: headroom is gone "
+        f'before the SLO breaks (signal {{{{ $value | printf "%.2f" }}}}, trigger {_fmt(scale.fraction_of_slo)}).'
+    )
+    condition: dict[str, float | str] = {"fraction_of_slo": scale.fraction_of_slo, "for": scale.for_}
+    b.add(NAME_SCALE_OUT, AlertKind.SCALE_OUT, expr, scale.for_, "ticket", description, "", members=members,
+          condition=condition)  # fmt: skip
 
 
-def page_firing(spec: Spec, model: str) -> str:
-    """Prometheus' ALERTS series of this model's firing pages, the engine cause copies left out.
+def page_firing(spec: Spec, model: str | None = None) -> str:
+    """Prometheus' ALERTS series of firing pages (of one model, when given), the engine cause copies left out.
 
     `cause=""` matters: a cause copy is itself a page-severity alert, so without it a copy would keep itself
     firing (and its ticket muted) after every real page of the model has resolved, and page on its own.
     """
-    return selector(
-        schema.ALERTS_SERIES,
-        [
-            eq("alertstate", "firing"),
-            eq("severity", spec.alerting.severity.page),
-            eq(schema.RULE_LABEL_SERVICE, spec.service),
-            eq(schema.RULE_LABEL_MODEL, model),
-            eq(schema.RULE_LABEL_CAUSE, ""),
-        ],
-    )
+    matchers = [
+        eq("alertstate", "firing"),
+        eq("severity", spec.alerting.severity.page),
+        eq(schema.RULE_LABEL_SERVICE, spec.service),
+    ]
+    if model is not None:
+        matchers.append(eq(schema.RULE_LABEL_MODEL, model))
+    matchers.append(eq(schema.RULE_LABEL_CAUSE, ""))
+    return selector(schema.ALERTS_SERIES, matchers)
 
 
 def _engine_pair(
-    b: _Builder, name: str, kind: AlertKind, expr: str, description: str, model: str, detail: str = ""
+    b: _Builder,
+    name: str,
+    kind: AlertKind,
+    expr: str,
+    description: str,
+    members: Sequence[Member],
+    condition: Mapping[str, float | str],
 ) -> None:
     """An engine alert as a ticket, or, while a page of its model fires, as a cause inside that page.
 
@@ -524,14 +586,13 @@ def _engine_pair(
     own. The copy has no `for:` of its own: it joins at once.
     """
     spec = b.spec
-    on = f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL})"
-    firing = page_firing(spec, model)
-    b.add(name, kind, f"(\n{expr}\n)\nunless {on}\n{firing}", spec.alerting.tier_for, "ticket", description, detail,
-          model=model)  # fmt: skip
+    firing = page_firing(spec)
+    b.add(name, kind, f"(\n{expr}\n)\nunless {ON_MODEL}\n{firing}", spec.alerting.tier_for, "ticket", description,
+          "", members=members, condition=condition)  # fmt: skip
     b.add(
-        name, kind, f"(\n{expr}\n)\nand {on}\n{firing}", 0, "page",
+        name, kind, f"(\n{expr}\n)\nand {ON_MODEL}\n{firing}", 0, "page",
         description + " It is shown inside the page of this model as a likely cause.",
-        f"{detail + ', ' if detail else ''}cause of a page", model=model,
+        "cause of a page", members=members, condition=condition,
         extra_labels={schema.RULE_LABEL_CAUSE: schema.CAUSE_ENGINE},
     )  # fmt: skip
 
@@ -539,56 +600,65 @@ def _engine_pair(
 def _engine_alerts(b: _Builder) -> None:
     spec = b.spec
     replica = replica_text(spec)
-    for model in spec.models:
-        m = [eq(schema.RULE_LABEL_SERVICE, spec.service), eq(schema.RULE_LABEL_MODEL, model.name)]
-        keys = (schema.RULE_LABEL_SERVICE, *queries.Queries(spec).engine_keys)
-        on = f"on ({', '.join(keys)})"
-        expr = (
-            f"{selector(schema.RECORD_QUEUE_WAITING, m)} > 0\n"
-            f"and {on}\n{selector(schema.RECORD_QUEUE_RUNNING, m)} >= {model.max_num_seqs}"
-        )
-        description = (
-            f"Engine {replica} of {model.name} has {{{{ $value }}}} requests waiting while it runs "
-            f"its maximum of {model.max_num_seqs} (max_num_seqs); new requests wait for a slot and time to first "
-            "token grows."
-        )
-        _engine_pair(b, NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, description, model.name)
-        if spec.metrics.kv_cache_usage is None or spec.metrics.preemptions is None:
-            continue  # the source exports no KV-cache gauge or preemption counter (TGI): nothing to alert on
-        kv = spec.alerting.kv_cache_usage_max
-        expr = f"{selector(schema.RECORD_KV_CACHE_USAGE, m)} > {number(kv)}"
-        description = (
-            f"Engine {replica} of {model.name} has {{{{ $value | humanizePercentage }}}} of its KV "
-            f"cache in use, above {kv:.0%}; new sequences must wait or preempt running ones."
-        )
-        _engine_pair(b, NAME_KV_FULL, AlertKind.KV_CACHE, expr, description, model.name)
-        expr = f"{selector(schema.RECORD_PREEMPTIONS, m)} > 0"
-        description = (
-            f'Engine {replica} of {model.name} preempts {{{{ $value | printf "%.2f" }}}} requests/s '
-            "(5m rate): the KV cache is too small for the running batch, and preempted requests are recomputed."
-        )
-        _engine_pair(b, NAME_PREEMPTING, AlertKind.KV_CACHE, expr, description, model.name)
+    keys = (schema.RULE_LABEL_SERVICE, *queries.Queries(spec).engine_keys)
+    on = f"on ({', '.join(keys)})"
+    members = [Member(m.name, params={"max_num_seqs": float(m.max_num_seqs)}) for m in spec.models]
+    running = _recorded(spec, schema.RECORD_QUEUE_RUNNING)
+    expr = (
+        f"{_recorded(spec, schema.RECORD_QUEUE_WAITING)} > 0\n"
+        f"and {on}\n({running} >= {ON_MODEL} group_left () {_recorded(spec, schema.RECORD_MAX_NUM_SEQS)})"
+    )
+    description = (
+        f"Engine {replica} of {{{{ $labels.model }}}} has {{{{ $value }}}} requests waiting while it runs its maximum "
+        "(max_num_seqs, in the runbook's table); new requests wait for a slot and time to first token grows."
+    )
+    _engine_pair(b, NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, description, members, {})
+    if spec.metrics.kv_cache_usage is None or spec.metrics.preemptions is None:
+        return  # the source exports no KV-cache gauge or preemption counter (TGI): nothing to alert on
+    plain = [Member(m.name) for m in spec.models]
+    kv = spec.alerting.kv_cache_usage_max
+    expr = f"{_recorded(spec, schema.RECORD_KV_CACHE_USAGE)} > {number(kv)}"
+    description = (
+        f"Engine {replica} of {{{{ $labels.model }}}} has {{{{ $value | humanizePercentage }}}} of its KV "
+        f"cache in use, above {kv:.0%}; new sequences must wait or preempt running ones."
+    )
+    _engine_pair(b, NAME_KV_FULL, AlertKind.KV_CACHE, expr, description, plain, {"kv_cache_usage_max": kv})
+    expr = f"{_recorded(spec, schema.RECORD_PREEMPTIONS)} > 0"
+    description = (
+        f'Engine {replica} of {{{{ $labels.model }}}} preempts {{{{ $value | printf "%.2f" }}}} requests/s '
+        "(5m rate): the KV cache is too small for the running batch, and preempted requests are recomputed."
+    )
+    _engine_pair(b, NAME_PREEMPTING, AlertKind.KV_CACHE, expr, description, plain, {})
 
 
 def _consistency_alerts(b: _Builder) -> None:
     spec = b.spec
-    for rc in spec.classes:
-        for sli, slo in rc.slos.items():
-            if slo.consistency is None:
-                continue
-            limit = slo.consistency.max_p99_over_p50
-            for model in rc.models:
-                lower = selector(schema.RECORD_CONSISTENCY_LOWER, _slo_matchers(spec, model, rc, sli))
-                expr = f"{lower} > {number(limit)}"
-                description = (
-                    f"p99 {SLI_TITLES[sli]} of {rc.name} on {model} is at least "
-                    f'{{{{ $value | printf "%.2f" }}}}x its p50 over the last 5m (a lower bound from bucket edges), '
-                    f"above the consistency limit of {_fmt(limit)}x."
-                )
-                b.add(
-                    NAME_CONSISTENCY, AlertKind.CONSISTENCY, expr, spec.alerting.tier_for, "ticket", description,
-                    "p99 over p50", model=model, request_class=rc, sli=sli,
-                )  # fmt: skip
+    members = [
+        Member(m, rc.name, sli, {"limit": slo.consistency.max_p99_over_p50})
+        for rc in spec.classes
+        for sli, slo in rc.slos.items()
+        if slo.consistency is not None
+        for m in rc.models
+    ]
+    lower = _recorded(spec, schema.RECORD_CONSISTENCY_LOWER)
+    expr = f"{lower}\n> {ON_PARAMS}\n{_recorded(spec, schema.RECORD_CONSISTENCY_LIMIT)}"
+    description = (
+        f"p99 {SLO_TEXT} of {WHO} is at least {{{{ $value | printf \"%.2f\" }}}}x its p50 over the last 5m (a lower "
+        "bound from bucket edges), above the class's consistency limit (in the runbook)."
+    )
+    b.add(NAME_CONSISTENCY, AlertKind.CONSISTENCY, expr, spec.alerting.tier_for, "ticket", description,
+          "p99 over p50", members=members)  # fmt: skip
+
+
+def consistency_limits(spec: Spec) -> list[tuple[dict[str, str], float]]:
+    """Each SLO's consistency limit as (labels, limit) for the parameter records."""
+    return [
+        ({schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_CLASS: rc.name, schema.RULE_LABEL_SLO: sli.value},
+         slo.consistency.max_p99_over_p50)
+        for rc in spec.classes
+        for sli, slo in rc.slos.items()
+        if slo.consistency is not None
+    ]  # fmt: skip
 
 
 def _first_histogram(spec: Spec, model: str) -> tuple[RequestClass, Sli] | None:
@@ -625,20 +695,54 @@ def absent_series(spec: Spec, model: str) -> tuple[str, list[Matcher]]:
     return spec.histogram(rc, sli).name + "_count", q.histogram_matchers(rc, sli, [model], with_class=False)
 
 
-def _absent_alerts(b: _Builder) -> None:
-    spec = b.spec
+def served_models(spec: Spec) -> list[str]:
+    """Models some class uses, in the spec's order."""
     served = {m for rc in spec.classes for m in rc.models}
-    for model in spec.models:
-        if model.name not in served:
-            continue
-        metric, _ = absent_metric(spec, model.name)
-        expr = f"absent({selector(*absent_series(spec, model.name))})"
-        description = (
-            f"No {metric} series for {model.name} for {format_duration(ABSENT_FOR)}: every engine is down, not "
-            "scraped, or not exporting. The SLO cannot be measured and no other slokit alert can fire for it."
-        )
-        b.add(NAME_ABSENT, AlertKind.ABSENT, expr, ABSENT_FOR, "ticket", description, "", model=model.name,
-              keep_firing=False)  # fmt: skip
+    return [m.name for m in spec.models if m.name in served]
+
+
+def _presence(spec: Spec, models: Sequence[str], wrap: str) -> str:
+    """Which of `models` have their absent_series present, per model: `group by (model)` of `wrap` over each
+    model's `_count` series, one term per distinct histogram and scope (the model matcher left out: a model the
+    spec does not name is simply never asked about)."""
+    groups: dict[tuple[str, tuple[Matcher, ...], str | None], list[str]] = {}
+    for model in models:
+        metric, matchers = absent_series(spec, model)
+        first = _first_histogram(spec, model)
+        label = spec.histogram(*first).model_label if first is not None else spec.metrics.model_label
+        kept = tuple(m for m in matchers if label is None or m[0] != label)
+        groups.setdefault((metric, kept, label), []).append(model)
+    terms = []
+    for (metric, matchers, label), group in groups.items():
+        inner = wrap.format(selector(metric, list(matchers)))
+        if label is None:  # no model label (TGI, a custom histogram without one): one model per scope
+            terms += [
+                f'label_replace(group({inner}), "{schema.RULE_LABEL_MODEL}", {promql_quote(model)}, "", "")'
+                for model in group
+            ]
+        else:
+            terms.append(rename(f"group by ({label}) ({inner})", label, schema.RULE_LABEL_MODEL))
+    return queries.union(terms)
+
+
+def _absent_alerts(b: _Builder) -> None:
+    """Models of the spec (that some class uses) without any series of their first SLI histogram, for 10m."""
+    spec = b.spec
+    models = served_models(spec)
+    if not models:
+        return
+    info = _recorded(spec, schema.RECORD_MODEL_INFO, [eq(schema.RULE_LABEL_SERVED, "true")])
+    expr = (
+        f"group by ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL}) ({info})\n"
+        f"unless on ({schema.RULE_LABEL_MODEL})\n(\n{_presence(spec, models, '{}')}\n)"
+    )
+    description = (
+        f"No latency series (the `_count` of its first SLO histogram, named in the runbook) for {{{{ $labels.model }}}} "
+        f"for {format_duration(ABSENT_FOR)}: every engine is down, not scraped, or not exporting. The SLO cannot be "
+        "measured and no other slokit alert can fire for it."
+    )
+    b.add(NAME_ABSENT, AlertKind.ABSENT, expr, ABSENT_FOR, "ticket", description, "",
+          members=[Member(m) for m in models], keep_firing=False)  # fmt: skip
 
 
 def _exporter_gone_alerts(b: _Builder) -> None:
@@ -649,30 +753,34 @@ def _exporter_gone_alerts(b: _Builder) -> None:
     with that model's SLO pages. A model that never had traffic never pages (its 5m totals are all zero).
     """
     spec = b.spec
-    q = queries.Queries(spec)
     served = {m for rc in spec.classes if any(s.objective for s in rc.slos.values()) for m in rc.models}
+    models = [m for m in served_models(spec) if m in served]
+    if not models:
+        return
     gone = prom_duration(ABSENT_FOR)
-    for model in spec.models:
-        if model.name not in served:
-            continue
-        metric, _ = absent_metric(spec, model.name)
-        traffic = q.recorded(schema.record_sli_total(prom_duration(300)), model=model.name)
-        expr = (
-            f"absent_over_time({selector(*absent_series(spec, model.name))}[{gone}])\n"
-            f"and on () (max(max_over_time({traffic}[{prom_duration(SERVED_WITHIN)}])) > 0)"
-        )
-        description = (
-            f"{model.name} served requests within the last {format_duration(SERVED_WITHIN)}, but no {metric} "
-            f"series has been scraped for {format_duration(ABSENT_FOR)}: every exporter of the model is gone "
-            "(pods down, scrape broken, or the plugin not loaded), so none of its SLO alerts can fire."
-        )
-        b.add(NAME_EXPORTER_GONE, AlertKind.EXPORTER_GONE, expr, 0, "page", description, "", model=model.name,
-              keep_firing=False)  # fmt: skip
+    traffic = _recorded(spec, schema.record_sli_total(prom_duration(300)))
+    expr = (
+        f"group by ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL}) "
+        f"(max_over_time({traffic}[{prom_duration(SERVED_WITHIN)}]) > 0)\n"
+        f"unless on ({schema.RULE_LABEL_MODEL})\n(\n{_presence(spec, models, 'present_over_time({}[' + gone + '])')}\n)"
+    )
+    description = (
+        f"{{{{ $labels.model }}}} served requests within the last {format_duration(SERVED_WITHIN)}, but no latency "
+        f"series has been scraped for {format_duration(ABSENT_FOR)}: every exporter of the model is gone "
+        "(pods down, scrape broken, or the plugin not loaded), so none of its SLO alerts can fire."
+    )
+    b.add(NAME_EXPORTER_GONE, AlertKind.EXPORTER_GONE, expr, 0, "page", description, "",
+          members=[Member(m) for m in models], keep_firing=False)  # fmt: skip
 
 
 def alert_rules(spec: Spec) -> list[AlertRule]:
     """Every alert rule of a spec, in a stable order (built once per spec; see generate/once.py)."""
     return list(once(spec, "alerts", None, lambda: tuple(_build_alert_rules(spec))))
+
+
+def alert_instances(spec: Spec, models: Collection[str] | None = None) -> list[AlertRule]:
+    """Every rule's per-member view (see AlertRule.instances), of `models` only when given."""
+    return [inst for rule in alert_rules(spec) for inst in rule.instances(models)]
 
 
 def _build_alert_rules(spec: Spec) -> list[AlertRule]:

@@ -6,8 +6,9 @@ so an alert, its runbook section and its dashboard link cannot drift apart.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -46,8 +47,38 @@ class RecordingRule:
 
 
 @dataclass(frozen=True)
+class Member:
+    """One (model, class, SLO) an alert rule covers, and the values its condition holds for it.
+
+    A rule is written once for the fleet; its members say whom it covers and with which numbers (a burn factor,
+    a tier threshold, a limit, a model's `max_num_seqs`), so tests, the runbook and the backtest read the numbers
+    from here and never from the PromQL text.
+    """
+
+    model: str
+    request_class: str | None = None
+    sli: Sli | None = None
+    params: Mapping[str, float] = field(default_factory=dict)
+
+    def labels(self) -> dict[str, str]:
+        """The series labels this member's alerts carry (model, and class and slo where they apply)."""
+        labels = {"model": self.model}
+        if self.request_class is not None:
+            labels["class"] = self.request_class
+        if self.sli is not None:
+            labels["slo"] = self.sli.value
+        return labels
+
+
+@dataclass(frozen=True)
 class AlertRule:
-    """One `alert:` rule plus what the runbook and dashboards need to know about it."""
+    """One `alert:` rule plus what the runbook and dashboards need to know about it.
+
+    A rule written for the fleet has `members` (whom it covers) and `condition` (its rule-wide values: windows,
+    factors, guards), and no `model`, `request_class` or `sli` of its own. `instances()` gives one copy per member
+    with those set and the member's labels merged in: what one (model, class, SLO) sees of the rule, for tests and
+    tools that reason about one series at a time.
+    """
 
     name: str  # alertname: CamelCase with the Slokit prefix
     expr: str
@@ -61,6 +92,30 @@ class AlertRule:
     request_class: str | None = None
     sli: Sli | None = None
     keep_firing_for: str = ""  # Prometheus >= 2.42: stay firing this long after the condition clears ("" none)
+    members: tuple[Member, ...] = ()
+    condition: Mapping[str, float | str] = field(default_factory=dict)
+    params: Mapping[str, float] = field(default_factory=dict)  # on an instance: its member's values
+
+    def instances(self, models: Collection[str] | None = None) -> list[AlertRule]:
+        """One copy of the rule per member (of `models` only, when given), as that member sees it."""
+        out = []
+        for member in self.members:
+            if models is not None and member.model not in models:
+                continue
+            labels = {**self.labels}
+            for key, value in member.labels().items():
+                labels.setdefault(key, value)
+            out.append(
+                dataclasses.replace(
+                    self, labels=labels, model=member.model, request_class=member.request_class, sli=member.sli,
+                    members=(member,), params=member.params,
+                )
+            )  # fmt: skip
+        return out
+
+    def series_labels(self) -> dict[str, str]:
+        """On an instance: the labels that come from the series (model, class, slo), not from the rule."""
+        return self.members[0].labels() if len(self.members) == 1 else {}
 
     def to_data(self) -> dict[str, Any]:
         """Prometheus rule-file form."""

@@ -328,6 +328,36 @@ def _minutes_for(rules: Sequence[AlertRule]) -> int:
 # ==============================================================================================================
 # Test groups
 # ==============================================================================================================
+def tested_models(spec: Spec) -> list[str]:
+    """The models the tests write series for: the first two of each class and the first of each deployment scope.
+
+    Every rule is written once for the fleet, so two models of a class (and two classes) in one scenario are what
+    catches a term that mixes them up; more models would test nothing new and grow the tests with the fleet.
+    """
+    q = queries.Queries(spec)
+    wanted: set[str] = set()
+    for rc in spec.classes:
+        wanted.update(rc.models[:2])
+    scopes: set[tuple[tuple[str, str], ...]] = set()
+    for model in spec.models:
+        key = tuple(sorted(q.model_selector(model.name).items()))
+        if key not in scopes:
+            scopes.add(key)
+            wanted.add(model.name)
+    return [m.name for m in spec.models if m.name in wanted]
+
+
+def _of(spec: Spec, rc: RequestClass) -> list[str]:
+    """A class's models that the tests write series for (see tested_models)."""
+    tested = set(tested_models(spec))
+    return [m for m in rc.models if m in tested]
+
+
+def _tested_specs(spec: Spec) -> list[Any]:
+    tested = set(tested_models(spec))
+    return [m for m in spec.models if m.name in tested]
+
+
 def record_windows(spec: Spec, record: Callable[[str], str]) -> list[str]:
     """The windows the spec's rules record `record(window)` for, shortest first (e.g. 5m, 10m, ..., 4w)."""
     prefix = record("")
@@ -381,7 +411,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     (`_readers`), those series carry every boundary of both histograms, as one real histogram would, and the
     healthy scenario puts them under the thresholds of both."""
     firing_kinds = (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT)
-    slos = [(rc, sli, slo, m) for rc in spec.classes for sli, slo in rc.slos.items() for m in rc.models]
+    slos = [(rc, sli, slo, m) for rc in spec.classes for sli, slo in rc.slos.items() for m in _of(spec, rc)]
     slo_rules = [r for r in all_rules if r.kind in (*firing_kinds, AlertKind.CONSISTENCY)]
     if not slo_rules:
         return []
@@ -492,11 +522,6 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     return groups
 
 
-def _quantile_of(rule: AlertRule) -> str:
-    match = re.search(r'quantile="([^"]+)"', rule.expr)
-    return match.group(1) if match else ""
-
-
 def prom_rate(at: int, per_minute: float, window: int = 300) -> float:
     """`rate(x[5m])` at `at` seconds for a counter sampled every minute from t=0 at `per_minute` per minute, with
     Prometheus 2's extrapolation (inclusive range, extrapolation towards the counter's zero)."""
@@ -539,7 +564,7 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
 
     def inputs(full: bool, busy: bool) -> list[dict[str, str]]:
         out = []
-        for model in spec.models:
+        for model in _tested_specs(spec):
             m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
             running = model.max_num_seqs if full else (max(1, model.max_num_seqs // 2) if busy else 0)
             out += [
@@ -554,7 +579,7 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
 
     def replicas() -> list[dict[str, str]]:
         out = []
-        for model in spec.models:
+        for model in _tested_specs(spec):
             for replica, running, waiting in (("a", model.max_num_seqs, 0), ("b", max(1, model.max_num_seqs // 2), 5)):
                 m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None, replica).items()]
                 out += [
@@ -592,10 +617,9 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
 
 
 def _absent_labels(spec: Spec, model: str) -> dict[str, str]:
-    """absent() and absent_over_time() keep the equality matchers of their selector: the model's deployment scope,
-    the model, and a custom histogram's own equality matchers."""
-    _, matchers = alerts_mod.absent_series(spec, model)
-    return {label: v for label, op, v in matchers if op == "="}
+    """The absent and exporter-gone alerts name the service and the model (from slokit:model_info or the SLI
+    records), nothing of the raw series they miss."""
+    return {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_MODEL: model}
 
 
 def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
@@ -655,7 +679,7 @@ def _restart_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str
         for sli, slo in rc.slos.items():
             if slo.objective is None:
                 continue
-            for model in rc.models:
+            for model in _of(spec, rc):
                 inputs += _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes, restart)[0]
                 for rule in burn:
                     if rule.model == model and rule.request_class == rc.name and rule.sli is sli:
@@ -695,7 +719,7 @@ def _failure_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str
         (rc, sli, slo, model)
         for rc in spec.classes
         for sli, slo in rc.slos.items()
-        for model in rc.models
+        for model in _of(spec, rc)
         if slo.objective is not None and failure_terms(spec, rc, sli, str)
     ]
     burn = [r for r in all_rules if r.kind is AlertKind.BURN_RATE]
@@ -748,7 +772,7 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
         for slo in rc.slos.values():
             if slo.objective is None:
                 continue
-            for model in rc.models:
+            for model in _of(spec, rc):
                 if model in done:
                     continue
                 done.add(model)
@@ -775,7 +799,7 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
 
 def unit_tests(spec: Spec) -> dict[str, Any]:
     """The promtool test file for one spec's rule file (which sits beside it in rules/)."""
-    all_rules = [r for g in rule_groups(spec) for r in g.rules if isinstance(r, AlertRule)]
+    all_rules = alerts_mod.alert_instances(spec, tested_models(spec))
     shortest = min((_for_seconds(r) for r in all_rules if _for_seconds(r) > 0), default=COARSE_STEP)
     step = COARSE_STEP if shortest >= FINE_STEP else FINE_STEP
     token = _STEP.set(step)
@@ -838,41 +862,27 @@ class _Model:
     guard: int  # requests in the last 5m needed (0: none)
 
 
-def _num(pattern: str, text: str) -> float | None:
-    match = re.search(pattern, text)
-    return float(match.group(1)) if match else None
-
-
-def _le_of(expr: str) -> float | None:
-    match = re.search(r'le(?:=~)?="?([0-9.e+-]+)', expr.replace('le=~"', 'le="'))
-    return float(match.group(1)) if match else None
-
-
 def _models(spec: Spec, rules: Sequence[AlertRule]) -> list[_Model]:
+    """Each rule instance's condition as windows, bounds and thresholds, from the values the alert carries (its
+    condition and its member's parameters), never from its PromQL."""
     out = []
     for r in rules:
         if r.request_class is None or r.sli is None:
             continue
         rc = next(c for c in spec.classes if c.name == r.request_class)
-        slo = rc.slos[r.sli]
-        if r.kind is AlertKind.BURN_RATE and slo.objective is not None:
-            factor = _num(r"ratio\w+\{[^}]*\} > ([0-9.e+-]+)", r.expr)
-            if factor is None:
-                continue
-            thr = factor * slo.objective.error_budget
-            bound = spec.histogram(rc, r.sli).le_for(slo.objective.threshold)
-            windows = [int(parse_duration(r.labels[k]) // 60) for k in ("long", "short")]
-            guard = _num(r"sli_total:increase5m\{[^}]*\} >= (\d+)", r.expr)
-            conds = tuple(_Condition(w, bound, None, ">", thr) for w in windows)
-            out.append(_Model(r, conds, int(guard or 0)))
+        hist = spec.histogram(rc, r.sli)
+        if r.kind is AlertKind.BURN_RATE:
+            bound = hist.le_for(r.params["threshold"])
+            windows = [int(float(r.condition[k]) // 60) for k in ("long", "short")]
+            conds = tuple(_Condition(w, bound, None, ">", r.params["error_ratio"]) for w in windows)
+            out.append(_Model(r, conds, int(r.condition.get("min_requests", 0))))
         elif r.kind is AlertKind.TIER:
-            q, le = _num(r"\) < ([0-9.e+-]+)", r.expr), _le_of(r.expr)
-            if q is None or le is None:
-                continue
-            out.append(_Model(r, (_Condition(5, None, le, "<", q),), spec.alerting.min_requests))
-        elif r.kind is AlertKind.SCALE_OUT and slo.objective is not None:
-            bound = spec.histogram(rc, r.sli).le_for(slo.objective.threshold * spec.alerting.scale_out.fraction_of_slo)
-            cond = _Condition(5, bound, None, ">", slo.objective.error_budget)
+            le = hist.le_for(r.params["seconds"])
+            cond = _Condition(int(float(r.condition["window"]) // 60), None, le, "<", r.params["quantile"])
+            out.append(_Model(r, (cond,), int(r.condition["min_requests"])))
+        elif r.kind is AlertKind.SCALE_OUT:
+            bound = hist.le_for(r.params["boundary"])
+            cond = _Condition(5, bound, None, ">", r.params["allowed"])
             out.append(_Model(r, (cond,), spec.alerting.min_requests))
     return out
 
@@ -1159,7 +1169,7 @@ def _boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     # SLOs on histograms of the spec's own (`metric:`) keep the scenarios above only: the boundary model assumes the
     # source's own series and labels.
     slos = [(rc, sli, m) for rc in spec.classes for sli, slo in rc.slos.items() if slo.metric is None
-            for m in rc.models]  # fmt: skip
+            for m in _of(spec, rc)]  # fmt: skip
     per_slo: dict[tuple[str, str, Sli], dict[str, list[Segment]]] = {}
     for rc, sli, model in slos:
         mine = [x for x in models if x.rule.model == model and x.rule.request_class == rc.name and x.rule.sli is sli]
@@ -1235,10 +1245,10 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
     over, under = 22, 25
     minutes = over + under
     inputs: list[dict[str, str]] = []
-    for model in spec.models:
+    for model in _tested_specs(spec):
         m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
         kv = next((r for r in rules if r.model == model.name and r.name == alerts_mod.NAME_KV_FULL), None)
-        limit = _num(r"> ([0-9.e+-]+)", kv.expr) if kv is not None else None
+        limit = float(kv.condition["kv_cache_usage_max"]) if kv is not None else None
         kv_over = (limit + (1 - limit) / 2) if limit is not None else 0.5
         kv_under = limit * (1 - NEAR) if limit is not None else 0.5
         full = model.max_num_seqs
@@ -1294,12 +1304,12 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         for sli, slo in rc.slos.items():
             if slo.objective is None:
                 continue
-            for model_name in rc.models:
+            for model_name in _of(spec, rc):
                 inputs += _histogram_inputs(spec, model_name, rc, sli, Scenario({}), minutes)[0]
-    for model in spec.models:
+    for model in _tested_specs(spec):
         m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
         kv = next((r for r in causes if r.model == model.name and r.name == alerts_mod.NAME_KV_FULL), None)
-        limit = _num(r"> ([0-9.e+-]+)", kv.expr) if kv is not None else None
+        limit = float(kv.condition["kv_cache_usage_max"]) if kv is not None else None
         kv_over = (limit + (1 - limit) / 2) if limit is not None else 0.5
         kv_under = limit * (1 - NEAR) if limit is not None else 0.5
         full = model.max_num_seqs
@@ -1389,7 +1399,7 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     # 5m for the rates to settle, `for` or `keep_firing_for`, slack; not a multiple of 5, so that parts start
     # between 5m evaluations, some of which then read a window across two parts
     part = max(27, math.ceil(longest / 60) + 12)
-    every_slo = [(rc, sli, m) for rc in spec.classes for sli in rc.slos for m in rc.models]
+    every_slo = [(rc, sli, m) for rc in spec.classes for sli in rc.slos for m in _of(spec, rc)]
     overlap = any(_readers(spec, every_slo).values())
     guard = max(base.min_rps * BASE_WINDOW, float(spec.alerting.min_requests))  # requests in 5m the alert needs now
     # (latency, requests a minute now, requests a minute a day before)

@@ -66,6 +66,10 @@ MEDIUM_INTERVAL: Final = 60.0
 LONG_INTERVAL: Final = 120.0
 
 SLO_LABELS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
+# An objective is per class and SLI; every model of the class reads the one series.
+ON_OBJECTIVE: Final = (
+    f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_CLASS}, {schema.RULE_LABEL_SLO}) group_left ()"
+)
 
 
 @dataclass(frozen=True)
@@ -441,19 +445,38 @@ def _quantile_rules(spec: Spec) -> list[RecordingRule]:
     return rules
 
 
+def _constant(record: str, labels: dict[str, str], value: float) -> RecordingRule:
+    return RecordingRule(record, f"vector({number(value)})", labels)
+
+
 def _objective_rules(spec: Spec) -> list[RecordingRule]:
+    """Each objective's target ratio, per class and SLI: every model of the class shares it."""
     rules = []
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
-        for model in rc.models:
-            labels = {
-                schema.RULE_LABEL_SERVICE: spec.service,
-                schema.RULE_LABEL_MODEL: model,
-                schema.RULE_LABEL_CLASS: rc.name,
-                schema.RULE_LABEL_SLO: sli.value,
-            }
-            rules.append(RecordingRule(schema.RECORD_OBJECTIVE, f"vector({number(objective.target_ratio)})", labels))
+        labels = {
+            schema.RULE_LABEL_SERVICE: spec.service,
+            schema.RULE_LABEL_CLASS: rc.name,
+            schema.RULE_LABEL_SLO: sli.value,
+        }
+        rules.append(_constant(schema.RECORD_OBJECTIVE, labels, objective.target_ratio))
+    return rules
+
+
+def parameter_rules(spec: Spec) -> list[RecordingRule]:
+    """The alerts' per-SLO parameters and per-model facts as constant series (see alerts.py): objectives, burn
+    factors per tier, consistency limits, each model's --max-num-seqs and whether a class uses it."""
+    rules = _objective_rules(spec)
+    rules += [_constant(schema.RECORD_BURN_THRESHOLD, labels, factor) for labels, factor in alerts.burn_thresholds(spec)]
+    rules += [_constant(schema.RECORD_CONSISTENCY_LIMIT, labels, limit)
+              for labels, limit in alerts.consistency_limits(spec)]  # fmt: skip
+    served = set(alerts.served_models(spec))
+    for model in spec.models:
+        labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_MODEL: model.name}
+        rules.append(_constant(schema.RECORD_MAX_NUM_SEQS, labels, model.max_num_seqs))
+        info = {**labels, schema.RULE_LABEL_SERVED: "true" if model.name in served else "false"}
+        rules.append(_constant(schema.RECORD_MODEL_INFO, info, 1))
     return rules
 
 
@@ -627,7 +650,7 @@ def _vm_window_rules(spec: Spec, plans: dict[float, WindowPlan], plan: WindowPla
     good = vm_window(schema.record_sli_good, spec, plans, plan.window)
     parts = vm_burn_parts(spec, plans, plan.window, "")
     objective = selector(schema.RECORD_OBJECTIVE, [_service(spec)])
-    burn = f"({vm_ratio('')})\n/ on ({', '.join(SLO_LABELS)}) (1 - {objective})"
+    burn = f"({vm_ratio('')})\n/ {ON_OBJECTIVE} (1 - {objective})"
     return [
         RecordingRule(schema.record_sli_total(window), total, labels),
         RecordingRule(schema.record_sli_good(window), good, labels),
@@ -638,7 +661,7 @@ def _vm_window_rules(spec: Spec, plans: dict[float, WindowPlan], plan: WindowPla
 
 def _vm_budget_rule(spec: Spec, plans: dict[float, WindowPlan]) -> RecordingRule:
     objective = selector(schema.RECORD_OBJECTIVE, [_service(spec)])
-    burn = f"1 - ({vm_ratio('')})\n/ on ({', '.join(SLO_LABELS)}) (1 - {objective})"
+    burn = f"1 - ({vm_ratio('')})\n/ {ON_OBJECTIVE} (1 - {objective})"
     parts = vm_burn_parts(spec, plans, spec.window, "")
     return RecordingRule(
         schema.RECORD_ERROR_BUDGET_REMAINING, vm_with(parts, burn), {schema.RULE_LABEL_SERVICE: spec.service}
@@ -669,7 +692,7 @@ def _window_rules(spec: Spec, plan: WindowPlan) -> list[RecordingRule]:
     objective = selector(schema.RECORD_OBJECTIVE, [_service(spec)])
     burn = (
         f"{selector(schema.record_error_ratio(window), [_service(spec)])}\n"
-        f"/ on ({', '.join(SLO_LABELS)}) (1 - {objective})"
+        f"/ {ON_OBJECTIVE} (1 - {objective})"
     )
     rules.append(RecordingRule(schema.record_burn_rate(window), burn))
     return rules
@@ -833,7 +856,6 @@ def recording_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
         *_bucket_rate_rules(spec),
         *_request_rate_rules(spec),
         *_quantile_rules(spec),
-        *_objective_rules(spec),
     ]
     medium: list[RecordingRule] = []
     long: list[RecordingRule] = []
@@ -853,6 +875,7 @@ def recording_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
     baseline = [_baseline_rule(spec)]
     fields = group_fields(engine)
     groups = [
+        RuleGroup(group_name(spec, "parameters"), prom_duration(MEDIUM_INTERVAL), tuple(parameter_rules(spec)), fields),
         RuleGroup(group_name(spec, "sli-short"), prom_duration(SHORT_INTERVAL), tuple(short), fields),
         RuleGroup(group_name(spec, "sli-medium"), prom_duration(MEDIUM_INTERVAL), tuple(medium), fields),
         RuleGroup(group_name(spec, "sli-long"), prom_duration(LONG_INTERVAL), tuple(long), fields),
@@ -863,37 +886,29 @@ def recording_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
 
 
 def _vm_burn_alert(spec: Spec, plans: dict[float, WindowPlan], rule: AlertRule) -> AlertRule:
-    """A burn-rate alert that computes both burn rates from raw buckets and settled records (vmalert)."""
-    assert rule.request_class is not None and rule.sli is not None and rule.model is not None
-    rc = next(c for c in spec.classes if c.name == rule.request_class)
-    tier = next(
-        t
-        for t in alerts.burn_tiers(spec, rc, rule.sli)
-        if not t.skipped
-        and prom_duration(t.window.long) == rule.labels["long"]
-        and prom_duration(t.window.short) == rule.labels["short"]
-        and spec.alerting.severity.label(t.window.severity) == rule.labels["severity"]
-    )
-    only = (rc.name, rule.sli)
-    m = [
+    """A burn-rate alert that computes both burn rates from raw buckets and settled records (vmalert), over every
+    objective at once; the objectives and burn factors are constant parameter series, so reading them one
+    evaluation late changes nothing."""
+    long, short = float(rule.condition["long"]), float(rule.condition["short"])
+    factor_labels = [
         _service(spec),
-        eq(schema.RULE_LABEL_MODEL, rule.model),
-        eq(schema.RULE_LABEL_CLASS, rc.name),
-        eq(schema.RULE_LABEL_SLO, rule.sli.value),
+        eq(schema.RULE_LABEL_LONG, rule.labels[schema.RULE_LABEL_LONG]),
+        eq(schema.RULE_LABEL_SHORT, rule.labels[schema.RULE_LABEL_SHORT]),
+        eq(schema.ALERT_LABEL_SEVERITY, rule.labels[schema.ALERT_LABEL_SEVERITY]),
     ]
     parts = [
-        *vm_burn_parts(spec, plans, tier.window.long, "long_", only),
-        *vm_burn_parts(spec, plans, tier.window.short, "short_", only),
-        ("objective", selector(schema.RECORD_OBJECTIVE, m)),
+        *vm_burn_parts(spec, plans, long, "long_"),
+        *vm_burn_parts(spec, plans, short, "short_"),
+        ("objective", selector(schema.RECORD_OBJECTIVE, [_service(spec)])),
+        ("factor", selector(schema.RECORD_BURN_THRESHOLD, factor_labels)),
     ]
     on = f"on ({', '.join(SLO_LABELS)})"
-    factor = number(tier.factor)
     expr = (
-        f"({vm_ratio('long_')}) / {on} (1 - objective) > {factor}\n"
-        f"and\n({vm_ratio('short_')}) / {on} (1 - objective) > {factor}"
+        f"({vm_ratio('long_')}) / {ON_OBJECTIVE} (1 - objective) > {ON_OBJECTIVE} factor\n"
+        f"and {on}\n({vm_ratio('short_')}) / {ON_OBJECTIVE} (1 - objective) > {ON_OBJECTIVE} factor"
     )
-    if tier.adapted:
-        parts.append(("requests", vm_window(schema.record_sli_total, spec, plans, alerts.FAST_SHORT_WINDOW, only)))
+    if "min_requests" in rule.condition:
+        parts.append(("requests", vm_window(schema.record_sli_total, spec, plans, alerts.FAST_SHORT_WINDOW)))
         expr += f"\nand {on}\nrequests >= {spec.alerting.min_requests}"
     return dataclasses.replace(rule, expr=vm_with(parts, expr))
 
