@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from slokit import schema
 from slokit.generate.promtool_tests import (
+    tested_of,
     _failure_series,
     _histogram_labels,
     _le_text,
@@ -164,7 +165,7 @@ def _inputs(spec: Spec) -> tuple[list[dict[str, str]], list[_Slo]]:
         for sli, slo in rc.slos.items():
             if slo.objective is None or slo.metric is not None:
                 continue
-            for model in rc.models:
+            for model in tested_of(spec, rc):
                 mine: dict[str, dict[str, str]] = {}
                 counted = _slo(spec, rc, sli, model, mine)
                 # two SLOs on one series with different counts per bucket would overwrite each other: keep the first

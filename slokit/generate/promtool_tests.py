@@ -329,15 +329,20 @@ def _minutes_for(rules: Sequence[AlertRule]) -> int:
 # Test groups
 # ==============================================================================================================
 def tested_models(spec: Spec) -> list[str]:
-    """The models the tests write series for: the first two of each class and the first of each deployment scope.
+    """The models the tests write series for: the first of each class, a second one for the first two classes that
+    have one, and the first of each deployment scope.
 
-    Every rule is written once for the fleet, so two models of a class (and two classes) in one scenario are what
-    catches a term that mixes them up; more models would test nothing new and grow the tests with the fleet.
+    Every rule is written once for the fleet, so two models of one class and several classes in one scenario are
+    what catches a term that mixes them up; more models would test nothing new and grow the tests with the fleet.
     """
     q = queries.Queries(spec)
     wanted: set[str] = set()
+    seconds = 0
     for rc in spec.classes:
-        wanted.update(rc.models[:2])
+        wanted.update(rc.models[:1])
+        if seconds < 2 and len(rc.models) > 1:
+            wanted.add(rc.models[1])
+            seconds += 1
     scopes: set[tuple[tuple[str, str], ...]] = set()
     for model in spec.models:
         key = tuple(sorted(q.model_selector(model.name).items()))
@@ -347,7 +352,7 @@ def tested_models(spec: Spec) -> list[str]:
     return [m.name for m in spec.models if m.name in wanted]
 
 
-def _of(spec: Spec, rc: RequestClass) -> list[str]:
+def tested_of(spec: Spec, rc: RequestClass) -> list[str]:
     """A class's models that the tests write series for (see tested_models)."""
     tested = set(tested_models(spec))
     return [m for m in rc.models if m in tested]
@@ -411,7 +416,7 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     (`_readers`), those series carry every boundary of both histograms, as one real histogram would, and the
     healthy scenario puts them under the thresholds of both."""
     firing_kinds = (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT)
-    slos = [(rc, sli, slo, m) for rc in spec.classes for sli, slo in rc.slos.items() for m in _of(spec, rc)]
+    slos = [(rc, sli, slo, m) for rc in spec.classes for sli, slo in rc.slos.items() for m in tested_of(spec, rc)]
     slo_rules = [r for r in all_rules if r.kind in (*firing_kinds, AlertKind.CONSISTENCY)]
     if not slo_rules:
         return []
@@ -679,7 +684,7 @@ def _restart_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str
         for sli, slo in rc.slos.items():
             if slo.objective is None:
                 continue
-            for model in _of(spec, rc):
+            for model in tested_of(spec, rc):
                 inputs += _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes, restart)[0]
                 for rule in burn:
                     if rule.model == model and rule.request_class == rc.name and rule.sli is sli:
@@ -719,7 +724,7 @@ def _failure_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str
         (rc, sli, slo, model)
         for rc in spec.classes
         for sli, slo in rc.slos.items()
-        for model in _of(spec, rc)
+        for model in tested_of(spec, rc)
         if slo.objective is not None and failure_terms(spec, rc, sli, str)
     ]
     burn = [r for r in all_rules if r.kind is AlertKind.BURN_RATE]
@@ -772,7 +777,7 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
         for slo in rc.slos.values():
             if slo.objective is None:
                 continue
-            for model in _of(spec, rc):
+            for model in tested_of(spec, rc):
                 if model in done:
                     continue
                 done.add(model)
@@ -1169,7 +1174,7 @@ def _boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     # SLOs on histograms of the spec's own (`metric:`) keep the scenarios above only: the boundary model assumes the
     # source's own series and labels.
     slos = [(rc, sli, m) for rc in spec.classes for sli, slo in rc.slos.items() if slo.metric is None
-            for m in _of(spec, rc)]  # fmt: skip
+            for m in tested_of(spec, rc)]  # fmt: skip
     per_slo: dict[tuple[str, str, Sli], dict[str, list[Segment]]] = {}
     for rc, sli, model in slos:
         mine = [x for x in models if x.rule.model == model and x.rule.request_class == rc.name and x.rule.sli is sli]
@@ -1304,7 +1309,7 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         for sli, slo in rc.slos.items():
             if slo.objective is None:
                 continue
-            for model_name in _of(spec, rc):
+            for model_name in tested_of(spec, rc):
                 inputs += _histogram_inputs(spec, model_name, rc, sli, Scenario({}), minutes)[0]
     for model in _tested_specs(spec):
         m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
@@ -1399,7 +1404,7 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     # 5m for the rates to settle, `for` or `keep_firing_for`, slack; not a multiple of 5, so that parts start
     # between 5m evaluations, some of which then read a window across two parts
     part = max(27, math.ceil(longest / 60) + 12)
-    every_slo = [(rc, sli, m) for rc in spec.classes for sli in rc.slos for m in _of(spec, rc)]
+    every_slo = [(rc, sli, m) for rc in spec.classes for sli in rc.slos for m in tested_of(spec, rc)]
     overlap = any(_readers(spec, every_slo).values())
     guard = max(base.min_rps * BASE_WINDOW, float(spec.alerting.min_requests))  # requests in 5m the alert needs now
     # (latency, requests a minute now, requests a minute a day before)
