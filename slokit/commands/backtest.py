@@ -9,8 +9,12 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_one_spec_or_exit
+from slokit.commands.paths import check_output_dir, check_output_file, refuse, write_output_file
+from slokit.commands.tools import describe
 from slokit.local.procs import StartError
-from slokit.local.prometheus import PrometheusError
+from slokit.local.prometheus import PROMETHEUS_BINARY, PROMTOOL_BINARY, PrometheusError, find_binary
+
+BACKTEST_FILES = ("backtest.json", "backtest.md", "backtest.html", "alerts.csv")  # what write_reports writes
 
 
 def _incidents_path(output: Path) -> Path:
@@ -20,7 +24,9 @@ def _incidents_path(output: Path) -> Path:
 def simulate(
     spec: Annotated[Path, typer.Argument(help="The spec whose models, classes and metrics to simulate.")],
     days: Annotated[float, typer.Option("--days", help="Days of history (1-minute scrapes).", min=0.05, max=60)] = 7,
-    output: Annotated[Path, typer.Option("-o", "--output", help="OpenMetrics file to write.")] = Path("history.om"),
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="OpenMetrics file to write (README: Output paths).")
+    ] = Path("history.om"),
     incidents: Annotated[
         Path | None,
         typer.Option(
@@ -35,16 +41,21 @@ def simulate(
         typer.Option("--end", help="Last timestamp (RFC 3339 or unix seconds); default: the last UTC midnight."),
     ] = None,
     replicas: Annotated[int, typer.Option("--replicas", help="vLLM replicas (pods) per model.", min=1, max=16)] = 2,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT and its incidents file.")] = False,
 ) -> None:
     """Write realistic raw vLLM history for a spec, and the incidents injected into it.
 
     Writes OUTPUT (OpenMetrics, as `promtool tsdb create-blocks-from openmetrics` reads) and OUTPUT's stem
-    plus `.incidents.yaml`. Then: slokit backtest SPEC --data OUTPUT --incidents STEM.incidents.yaml -o report/
+    plus `.incidents.yaml` (both need --force to replace; README: Output paths). Then:
+    slokit backtest SPEC --data OUTPUT --incidents STEM.incidents.yaml -o report/
     """
     from slokit.backtest.incidents import InputError, dump_incidents, load_incidents, parse_time
     from slokit.backtest.simulate import KINDS
     from slokit.backtest.simulate import simulate as run
 
+    inputs = [spec, *([incidents] if incidents is not None else [])]
+    check_output_file(output, force=force, inputs=inputs, example="history.om")
+    check_output_file(_incidents_path(output), force=force, inputs=inputs, example="history.incidents.yaml")
     loaded = load_one_spec_or_exit(spec)
     try:
         stop = parse_time(end) if end is not None else float(int(time.time()) // 86400 * 86400)
@@ -65,11 +76,13 @@ def simulate(
         if bad:
             typer.echo(f"{incidents}: incident(s) {', '.join(bad)} need a kind: one of {', '.join(KINDS)}", err=True)
             raise typer.Exit(EXIT_USAGE)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("w", encoding="utf-8") as handle:
-        history = run(loaded, days, stop, seed, planned, handle, replicas=replicas)
+    try:
+        with output.open("w", encoding="utf-8") as handle:
+            history = run(loaded, days, stop, seed, planned, handle, replicas=replicas)
+    except OSError as error:  # a full disk, or a folder that went away: the path and why, not a traceback
+        refuse(f"-o {output}: cannot write it: {error.strerror or error}")
     incidents_out = _incidents_path(output)
-    incidents_out.write_text(dump_incidents(history.incidents), encoding="utf-8")
+    write_output_file(incidents_out, dump_incidents(history.incidents))
     typer.echo(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB, {days:g} days) and {incidents_out} "
                f"({len(history.incidents)} incidents)")  # fmt: skip
 
@@ -90,7 +103,9 @@ def backtest(
             help="Variants to compare (repeat): slokit, burn-rate, tiers, baseline, fixed-p99. Default: all.",
         ),
     ] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Directory for the reports.")] = Path("backtest"),
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Directory for the reports (README: Output paths).")
+    ] = Path("backtest"),
     prometheus: Annotated[
         str | None, typer.Option("--prometheus", help="Read raw history from this live Prometheus instead of --data.")
     ] = None,
@@ -108,6 +123,8 @@ def backtest(
     from slokit.backtest.incidents import InputError, load_incidents, parse_time, range_warnings
     from slokit.backtest.report import write_reports
 
+    inputs = [p for p in (spec, data, incidents) if p is not None]
+    check_output_dir(output, inputs=inputs, writes=BACKTEST_FILES)
     loaded = load_one_spec_or_exit(spec)
     try:
         if (data is None) == (prometheus is None):
@@ -126,6 +143,10 @@ def backtest(
         labelled = load_incidents(incidents, loaded, incident_warnings) if incidents is not None else []
         for warning in incident_warnings:
             stderr_progress("warning: " + warning)
+        for tool in (PROMETHEUS_BINARY, PROMTOOL_BINARY):  # which ones evaluate: the first on PATH
+            found = find_binary(tool)
+            if found is not None:
+                stderr_progress(f"using {describe(found, tool)}")
         with tempfile.TemporaryDirectory(prefix="slokit-backtest-") as scratch:
             result = evaluate(loaded, Path(scratch), data=data, remote=prometheus, remote_range=remote_range,
                               variants=variants)  # fmt: skip
@@ -134,7 +155,10 @@ def backtest(
             incident_warnings.append(warning)
         result.warnings.extend(incident_warnings)
         began = time.monotonic()
-        doc = write_reports(loaded, result, labelled, output)
+        try:
+            doc = write_reports(loaded, result, labelled, output)
+        except OSError as error:
+            refuse(f"-o {output}: cannot write the reports there: {error.strerror or error}")
         stderr_progress(f"reports written in {time.monotonic() - began:.1f}s")
     except InputError as exc:
         typer.echo(str(exc), err=True)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, report_spec_error, require_vllm
+from slokit.commands.paths import check_output_dir
 from slokit.spec import SpecError
 
 EXIT_INTERRUPTED = 130
@@ -54,7 +55,7 @@ def demo(
             "-o",
             "--output",
             help="Directory for the generated rules, dashboards, runbook and the process logs "
-            "(default: a new directory under /tmp).",
+            "(default: a new directory under /tmp; README: Output paths).",
             show_default=False,
         ),
     ] = None,
@@ -68,6 +69,8 @@ def demo(
 ) -> None:
     """Run the local end-to-end story (the help text is `HELP`, kept in paragraphs for the terminal)."""
     require_vllm("demo")  # before anything starts: a bare `pip install .` has no engine to run
+    if output is not None:
+        check_output_dir(output, inputs=[spec] if spec is not None else [])
     from slokit.demo import DEMO_SPEC, DemoConfig, DemoInputError, PlainReporter, Reporter, TerminalReporter, run_demo
 
     config = DemoConfig(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
@@ -9,15 +10,21 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_specs_or_exit
+from slokit.commands.k8s_limits import check_sizes_or_exit
+from slokit.commands.paths import check_output_dir
+from slokit.commands.tools import describe
 from slokit.generate.engines import Engine
 
 
 def generate(
+    ctx: typer.Context,
     specs: Annotated[
         list[Path] | None,
         typer.Argument(help="Spec files (default: the bundled example spec).", show_default=False),
     ] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write into.")] = Path("generated"),
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Directory to write into (README: Output paths).")
+    ] = Path("generated"),
     check: Annotated[
         bool, typer.Option("--check", help="Write nothing; exit 1 if any file would change (for CI).")
     ] = False,
@@ -74,28 +81,35 @@ def generate(
 
     Example: slokit generate examples/*.yaml -o . --check
     """
+    _refuse_contradictions(ctx, mutants=mutants, check=check, no_promtool=no_promtool)
     if mutants:
         _mutation_check(specs, mutants, seed, engine)
         return
+    check_output_dir(output)
     from slokit.generate import GenerateError, generate_all  # grafanalib and jinja2 load only for this command
     from slokit.generate.writer import JOURNAL, IncompleteWriteError, WriteError, write_files
 
     loaded = load_specs_or_exit(specs)
+    check_sizes_or_exit(loaded)
     try:
         files = generate_all(loaded, engine)
     except GenerateError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_USAGE) from None
+    check_output_dir(output, inputs=[Path(spec.path) for spec in loaded], writes=files)
+    created = _missing_folders(output, files)
     try:
         verify = None if no_promtool else (lambda staged: _verify(staged, engine))
         report = write_files(files, output, check=check, verify=verify)
     except WriteError as error:
+        _remove_empty(created)
         typer.echo(f"nothing written: {error}", err=True)
         raise typer.Exit(EXIT_FAILED) from None
     except IncompleteWriteError as error:  # after the commit point: some files are new, the journal finishes them
         typer.echo(f"written in part: {error}", err=True)
         raise typer.Exit(EXIT_FAILED) from None
     except OSError as error:  # the writer raises plain OSError only before its commit point
+        _remove_empty(created)
         typer.echo(f"nothing written: cannot write under {output}: {error.strerror or error}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     if report.recovered:
@@ -121,6 +135,48 @@ def generate(
         typer.echo(f"unchanged {output / relative}")
 
 
+def _refuse_contradictions(ctx: typer.Context, *, mutants: int, check: bool, no_promtool: bool) -> None:
+    """Exit 2 on options that ask for two different things: the run would silently honour only one of them.
+
+    `--mutants` writes nothing and runs promtool, so it cannot also check files on disk (`--check`), skip promtool
+    (`--no-promtool`) or write into a folder (`-o`); `--seed` picks the mutants, so it means nothing without them.
+    """
+    given = set()
+    for name in ("output", "seed"):
+        source = ctx.get_parameter_source(name)  # an enum of typer's own click copy: compared by name
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given.add(name)
+    if mutants:
+        contradictions = (
+            ("--check", check, "--check compares the files on disk with the spec; run the two separately"),
+            ("--no-promtool", no_promtool, "--mutants runs the generated tests with promtool"),
+            ("-o", "output" in given, "--mutants writes nothing; drop -o"),
+        )
+        for flag, used, why in contradictions:
+            if used:
+                typer.echo(f"--mutants {mutants} and {flag} contradict each other: {why}", err=True)
+                raise typer.Exit(EXIT_USAGE)
+    elif "seed" in given:
+        typer.echo("--seed picks the --mutants sample; without --mutants N it does nothing: drop it", err=True)
+        raise typer.Exit(EXIT_USAGE)
+
+
+def _missing_folders(output: Path, files: Mapping[str, str]) -> list[Path]:
+    """The folders a write of `files` under `output` would create, deepest first (to remove them after a refusal)."""
+    folders = {output}
+    for relative in files:
+        folders.update((output / relative).parents)
+    inside = [f for f in folders if f == output or output in f.parents]
+    return sorted((f for f in inside if not f.exists()), key=lambda f: len(f.parts), reverse=True)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders this run created and left empty: a refused generate leaves no empty tree behind."""
+    for folder in folders:
+        with contextlib.suppress(OSError):  # not empty (someone wrote there meanwhile) or already gone: keep it
+            folder.rmdir()
+
+
 def _mutation_check(specs: list[Path] | None, n: int, seed: int, engine: Engine) -> None:
     """`--mutants N`: the mutation score of each spec's generated tests, a table per spec."""
     from slokit.generate.mutants import run_mutants
@@ -129,9 +185,11 @@ def _mutation_check(specs: list[Path] | None, n: int, seed: int, engine: Engine)
     if engine is not Engine.PROMETHEUS:
         typer.echo("--mutants needs --engine prometheus: promtool runs the generated tests", err=True)
         raise typer.Exit(EXIT_USAGE)
-    if find_binary(PROMTOOL_BINARY) is None:
+    promtool = find_binary(PROMTOOL_BINARY)
+    if promtool is None:
         typer.echo("--mutants needs promtool on PATH", err=True)
         raise typer.Exit(EXIT_USAGE)
+    typer.echo(f"running the generated tests with {describe(promtool, PROMTOOL_BINARY)}", err=True)
     failed = False
     for spec in load_specs_or_exit(specs):
         report = run_mutants(spec, n, seed=seed)
@@ -170,6 +228,7 @@ def _vmalert_verify(staged: Mapping[str, Path]) -> None:
     if vmalert is None:
         typer.echo("vmalert is not on PATH: rule files written without `vmalert -dryRun`", err=True)
         return
+    typer.echo(f"checking the new rule files with {describe(vmalert, 'vmalert')} -dryRun", err=True)
     for path in rule_files:
         argv = [vmalert, "-dryRun", f"-rule={path}", "-loggerLevel=ERROR"]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
@@ -191,9 +250,11 @@ def _promtool_verify(staged: Mapping[str, Path], engine: Engine = Engine.PROMETH
         return
     if engine is not Engine.PROMETHEUS:
         staged, rule_files = _promtool_views(staged, rule_files)
-    if find_binary(PROMTOOL_BINARY) is None:
+    promtool = find_binary(PROMTOOL_BINARY)
+    if promtool is None:
         typer.echo("promtool is not on PATH: rule files written without `promtool check rules`", err=True)
         return
+    typer.echo(f"checking the new rule files with {describe(promtool, PROMTOOL_BINARY)} check rules", err=True)
     try:
         result = check_rule_files(rule_files)
     finally:

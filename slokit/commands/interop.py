@@ -9,12 +9,16 @@ import typer
 import yaml
 
 from slokit.commands.common import EXIT_USAGE, load_one_spec_or_exit, report_spec_error
+from slokit.commands.paths import check_output_file, write_output_file
 from slokit.spec import SpecError, load_spec_text
 
 
 def import_(
     files: Annotated[list[Path], typer.Argument(help="Pyrra, Sloth or OpenSLO YAML files.", show_default=False)],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the spec here (default stdout).")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="Write the spec to this file (default stdout; README: Output paths)."),
+    ] = None,
     service: Annotated[str | None, typer.Option("--service", help="Service name of the spec.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
 ) -> None:
@@ -36,6 +40,8 @@ def import_(
     """
     from slokit.interop.importing import ImportFileError, read_files, render_spec, window_notices
 
+    if output is not None:
+        check_output_file(output, force=force, inputs=files, example="slo.yaml")
     try:
         result = read_files(files)
     except ImportFileError as exc:
@@ -58,10 +64,7 @@ def import_(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        if output.exists() and not force:
-            typer.echo(f"{output} exists; pass --force to overwrite it", err=True)
-            raise typer.Exit(EXIT_USAGE)
-        output.write_text(text, encoding="utf-8")
+        write_output_file(output, text)
         summary += f"; wrote {output}"
     typer.echo(summary, err=True)
     raise typer.Exit(result.exit_code)
@@ -69,7 +72,10 @@ def import_(
 
 def openslo(
     spec: Annotated[Path, typer.Argument(help="The slokit spec.", show_default=False)],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here (default stdout).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write to this file (default stdout; README: Output paths).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
 ) -> None:
     """Write OpenSLO v1 Service, SLI and SLO documents for every objective of a spec (multi-document YAML).
 
@@ -77,12 +83,14 @@ def openslo(
     """
     from slokit.interop.openslo_export import documents
 
+    if output is not None:
+        check_output_file(output, force=force, inputs=[spec], example=f"{spec.stem}.openslo.yaml")
     loaded = load_one_spec_or_exit(spec)
     text = yaml.safe_dump_all(documents(loaded), sort_keys=False, width=10_000, explicit_start=True)
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        write_output_file(output, text)
         typer.echo(f"wrote {output}", err=True)
 
 

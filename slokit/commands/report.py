@@ -11,12 +11,22 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_one_spec_or_exit
+from slokit.commands.paths import check_output_dir
 from slokit.units import DURATION_HELP, DurationError, parse_duration
+
+# What slokit.report.render.write_report writes into the output folder (checked against the inputs first).
+REPORT_FILES = ("report.html", "report.md", "report.json", "traffic.*", "burn-*", "percentiles-*")
 
 
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(EXIT_USAGE)
+
+
+def _write_failed(output: Path, error: OSError) -> typer.Exit:
+    """A report file that could not be written (the folder checks passed: a full disk, a permission)."""
+    where = f" {error.filename}" if error.filename else ""
+    return _fail(f"-o {output}: cannot write{where}: {error.strerror or error}")
 
 
 def parse_time(text: str, flag: str) -> float:
@@ -54,9 +64,10 @@ def report_command(
     last: Annotated[
         str | None, typer.Option("--last", help=f"Period length ending at --to (default 7d): {DURATION_HELP}.")
     ] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Directory for report.md/.html/.json and CSV.")] = Path(
-        "report"
-    ),
+    output: Annotated[
+        Path,
+        typer.Option("-o", "--output", help="Directory for report.md/.html/.json and CSV (README: Output paths)."),
+    ] = Path("report"),
 ) -> None:
     """Write the SLO compliance report: per objective attainment, budget, burn rate, tiers, worst windows, alerts.
 
@@ -69,6 +80,7 @@ def report_command(
     """
     if (prometheus is None) == (probe is None):
         raise _fail("give exactly one of --prometheus URL or --probe RESULTS.csv")
+    check_output_dir(output, inputs=[p for p in (spec, probe) if p is not None], writes=REPORT_FILES)
     loaded = load_one_spec_or_exit(spec)
     if probe is not None:
         if start or end or last:
@@ -80,6 +92,8 @@ def report_command(
             document, paths = report_from_probe(loaded, probe, output, class_name=class_name)
         except ProbeInputError as exc:
             raise _fail(str(exc)) from None
+        except OSError as exc:
+            raise _write_failed(output, exc) from None
     else:
         assert prometheus is not None
         if not prometheus.startswith(("http://", "https://")):
@@ -103,6 +117,8 @@ def report_command(
             document, paths = report_from_prometheus(loaded, prometheus, begin, to, output)
         except ReportSourceError as exc:
             raise _fail(str(exc)) from None
+        except OSError as exc:
+            raise _write_failed(output, exc) from None
     from slokit.report.render import status_text
 
     for note in document["notes"]:

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_specs_or_exit
+from slokit.commands.k8s_limits import check_sizes_or_exit
+from slokit.commands.paths import check_output_file, write_output_file
 from slokit.spec import Spec, default_spec_path
 
 
@@ -41,6 +43,7 @@ def validate(
     from slokit.commands.alerting_report import burn_report, warnings  # only validate needs the alert model
 
     loaded = load_specs_or_exit(specs)
+    check_sizes_or_exit(loaded)
     for spec in loaded:
         classes = ", ".join(c.name for c in spec.classes)
         typer.echo(f"{spec.path}: ok (service {spec.service}, source {spec.source.value}, classes {classes})")
@@ -75,9 +78,10 @@ def _check_live(specs: list[Spec], url: str) -> None:
 
 def init(
     output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Write the spec here instead of stdout.")
+        Path | None,
+        typer.Option("-o", "--output", help="Write the spec to this file instead of stdout (README: Output paths)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")] = False,
 ) -> None:
     """Print a commented example spec to start from (chat and code completion on Llama 3 70B).
 
@@ -87,10 +91,8 @@ def init(
     if output is None:
         typer.echo(text, nl=False)
         return
-    if output.exists() and not force:
-        typer.echo(f"{output} exists; pass --force to overwrite it", err=True)
-        raise typer.Exit(EXIT_USAGE)
-    output.write_text(text, encoding="utf-8")
+    check_output_file(output, force=force, example="slo.yaml")
+    write_output_file(output, text)
     typer.echo(f"wrote {output}", err=True)
 
 

@@ -40,17 +40,18 @@ class PrometheusError(RuntimeError):
 
 
 def find_binary(name: str) -> str | None:
-    """The path of a Prometheus tool (`prometheus`, `promtool`), preferring Debian's /usr/bin."""
-    debian = Path("/usr/bin") / name
-    if debian.exists():
-        return str(debian)
+    """The path of a Prometheus tool (`prometheus`, `promtool`, `vmalert`) as the shell finds it: first on PATH.
+
+    PATH, not a fixed /usr/bin: a team that puts a newer promtool first on PATH means that one (and `--help` says
+    "on PATH"); commands print the path they used. None when it is not on PATH.
+    """
     return shutil.which(name)
 
 
 def _require_binary(name: str) -> str:
     path = find_binary(name)
     if path is None:
-        raise StartError(f"{name} is not installed; on Debian run: apt-get install prometheus")
+        raise StartError(f"{name} is not on PATH; on Debian run: apt-get install prometheus")
     return path
 
 
