@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_one_spec_or_exit
+from slokit.commands.paths import check_output_dir
 from slokit.distributions import DistributionError
 from slokit.units import DurationError, parse_duration
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:  # the probe (aiohttp-free client, pandas, matplotlib) loads o
     from slokit.probe import Criteria, Limits, Load, SearchConfig
     from slokit.probe.load import LoadKind
     from slokit.spec import RequestClass, Spec
+
+PROBE_FILES = ("requests.csv", "probe.json", "probe.png")  # what slokit.probe.results.write_outputs writes
 
 
 class ApiChoice(StrEnum):
@@ -193,7 +196,10 @@ def probe(
     output: Annotated[
         Path | None,
         typer.Option(
-            "-o", "--output", help="Write requests.csv, probe.json and probe.png here.", rich_help_panel="Output"
+            "-o",
+            "--output",
+            help="Write requests.csv, probe.json and probe.png into this directory (README: Output paths).",
+            rich_help_panel="Output",
         ),
     ] = None,
     as_json: Annotated[
@@ -225,6 +231,8 @@ def probe(
     from slokit.probe.load import endpoint_url
 
     _check_load_flags(concurrency, rate, search_var, requests, burstiness, max_error_rate)
+    if output is not None:  # before the run: a path mistake must not cost the minutes a probe takes
+        check_output_dir(output, inputs=[spec] if spec is not None else [], writes=PROBE_FILES)
     limits = Limits(
         requests=requests,
         duration=_seconds(duration, "--duration"),
