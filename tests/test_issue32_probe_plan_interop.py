@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from slokit.cli import app
 from slokit.interop.importers import _objective
+from slokit.interop.importing import read_files
 from slokit.interop.model import BUCKETS_ANNOTATION
 from slokit.schema import Sli
 from slokit.spec import load_spec
@@ -177,30 +178,8 @@ def test_openslo_round_trip_keeps_the_buckets_and_the_scale_out_boundary(tmp_pat
 
 
 def test_import_of_a_millisecond_histogram_writes_its_buckets_in_milliseconds(tmp_path: Path) -> None:
-    sli_doc = {
-        "apiVersion": "openslo/v1",
-        "kind": "SLI",
-        "metadata": {"name": "lat", "annotations": {BUCKETS_ANNOTATION: "50,100,240,300,1000"}},
-        "spec": {
-            "ratioMetric": {
-                "counter": True,
-                "good": {"metricSource": {"type": "Prometheus", "spec": {"query": GOOD_MS}}},
-                "total": {"metricSource": {"type": "Prometheus", "spec": {"query": TOTAL_MS}}},
-            }
-        },
-    }
-    slo_doc = {
-        "apiVersion": "openslo/v1",
-        "kind": "SLO",
-        "metadata": {"name": "lat"},
-        "spec": {
-            "service": "web",
-            "indicatorRef": "lat",
-            "timeWindow": [{"duration": "28d", "isRolling": True}],
-            "budgetingMethod": "Occurrences",
-            "objectives": [{"target": 0.99}],
-        },
-    }
+    sli_doc = openslo_sli("openslo/v1", "lat", GOOD_MS, TOTAL_MS, {BUCKETS_ANNOTATION: "50,100,240,300,1000"})
+    slo_doc = openslo_slo("openslo/v1", "lat", "lat")
     source = tmp_path / "in.yaml"
     source.write_text(yaml.safe_dump_all([sli_doc, slo_doc]))
     result = runner.invoke(app, ["import", str(source), "-o", str(tmp_path / "out.yaml")])
@@ -222,6 +201,32 @@ def test_a_malformed_buckets_annotation_is_left_out_with_a_warning(value: str) -
 
 GOOD_MS = 'sum(rate(http_request_duration_milliseconds_bucket{job="web",le="300"}[5m]))'
 TOTAL_MS = 'sum(rate(http_request_duration_milliseconds_count{job="web"}[5m]))'
+
+
+def openslo_sli(
+    api: str, name: str, good: str, total: str, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """An OpenSLO SLI document: a ratio of two Prometheus queries."""
+    metadata: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
+    source = {"type": "Prometheus"}
+    ratio = {
+        "counter": True,
+        "good": {"metricSource": {**source, "spec": {"query": good}}},
+        "total": {"metricSource": {**source, "spec": {"query": total}}},
+    }
+    return {"apiVersion": api, "kind": "SLI", "metadata": metadata, "spec": {"ratioMetric": ratio}}
+
+
+def openslo_slo(api: str, name: str, sli: str) -> dict[str, Any]:
+    """An OpenSLO SLO document: 99% of the referenced SLI's events over a rolling 28 days."""
+    spec = {
+        "service": "web",
+        "indicatorRef": sli,
+        "timeWindow": [{"duration": "28d", "isRolling": True}],
+        "budgetingMethod": "Occurrences",
+        "objectives": [{"target": 0.99}],
+    }
+    return {"apiVersion": api, "kind": "SLO", "metadata": {"name": name}, "spec": spec}
 
 
 # ==============================================================================================================
@@ -273,3 +278,143 @@ def test_readme_plan_spec_line_promises_gpus_only_with_concurrency(tmp_path: Pat
     assert "GPUs" not in comment or "--concurrency" in comment, line
     with_peak = plan_json("--spec", str(spec_path), "--concurrency", "300")
     assert with_peak["sizing"]["gpus"] is not None
+
+
+# ==============================================================================================================
+# Item 17: import as teams actually write it
+# ==============================================================================================================
+def pyrra_doc(api: str | None, success: str, total: str) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "kind": "ServiceLevelObjective",
+        "metadata": {"name": "api-latency", "namespace": "monitoring"},
+        "spec": {
+            "target": "99",
+            "window": "28d",
+            "indicator": {"latency": {"success": {"metric": success}, "total": {"metric": total}}},
+        },
+    }
+    if api is not None:
+        doc["apiVersion"] = api
+    return doc
+
+
+GOOD_S = 'http_request_duration_seconds_bucket{job="api",le="0.5"}'
+TOTAL_S = 'http_request_duration_seconds_count{job="api"}'
+
+
+@pytest.mark.parametrize(("api", "written"), [("v1alpha1", "'v1alpha1'"), (None, "none given")])
+def test_a_pyrra_object_without_its_api_group_is_read_as_pyrra(tmp_path: Path, api: str | None, written: str) -> None:
+    source = tmp_path / "pyrra.yaml"
+    source.write_text(yaml.safe_dump(pyrra_doc(api, GOOD_S, TOTAL_S)))
+    result = read_files([source])
+    assert [(o.kind, o.threshold, o.percentile) for o in result.objectives] == [
+        ("Pyrra ServiceLevelObjective", 0.5, 99.0)
+    ]
+    (notice,) = result.notices
+    assert (notice.construct, notice.skipped) == ("apiVersion", False)
+    assert f"{written} read as pyrra.dev/v1alpha1 (from kind ServiceLevelObjective with spec.indicator)" in str(notice)
+    cli = runner.invoke(app, ["import", str(source), "-o", str(tmp_path / "slo.yaml")])
+    assert cli.exit_code == 0, cli.output
+    assert "read as pyrra.dev/v1alpha1" in cli.stderr
+    load_spec(tmp_path / "slo.yaml")
+
+
+def test_openslo_v1_under_the_openslo_com_group_is_read_as_openslo_v1(tmp_path: Path) -> None:
+    good = 'sum(rate(http_request_duration_seconds_bucket{job="web",le="0.3"}[5m]))'
+    total = 'sum(rate(http_request_duration_seconds_count{job="web"}[5m]))'
+    sli = openslo_sli("openslo.com/v1", "lat", good, total)
+    slo = openslo_slo("openslo.com/v1", "web-latency", "lat")  # its indicatorRef resolves: the SLI is read as v1 too
+    source = tmp_path / "openslo.yaml"
+    source.write_text(yaml.safe_dump_all([sli, slo]))
+    result = read_files([source])
+    assert [(o.kind, o.threshold, o.percentile) for o in result.objectives] == [("OpenSLO v1 SLO", 0.3, 99.0)]
+    assert [str(n) for n in result.notices] == [
+        f"{source}: web-latency: converted with a change: apiVersion: 'openslo.com/v1' read as openslo/v1 "
+        "(from its group openslo.com)"
+    ]
+
+
+def test_a_groupless_openslo_slo_and_a_groupless_sloth_object_are_recognised_by_shape(tmp_path: Path) -> None:
+    good = 'sum(rate(x_seconds_bucket{job="web",le="0.3"}[5m]))'
+    total = 'sum(rate(x_seconds_count{job="web"}[5m]))'
+    slo = {
+        "apiVersion": "v1",
+        "kind": "SLO",
+        "metadata": {"name": "inline"},
+        "spec": {
+            "indicator": {"metadata": {"name": "i"}, "spec": {"ratioMetric": {"good": {"metricSource": {
+                "type": "Prometheus", "spec": {"query": good}}}, "total": {"metricSource": {
+                "type": "Prometheus", "spec": {"query": total}}}}}},
+            "timeWindow": [{"duration": "28d", "isRolling": True}],
+            "objectives": [{"target": 0.95}],
+        },
+    }  # fmt: skip
+    sloth = {
+        "apiVersion": "v1",
+        "kind": "PrometheusServiceLevel",
+        "metadata": {"name": "sloth-one"},
+        "spec": {"service": "web", "slos": [{"name": "lat", "objective": 99, "sli": {"events": {
+            "errorQuery": f"{total} - {good}",
+            "totalQuery": total}}}]},
+    }  # fmt: skip
+    source = tmp_path / "mixed.yaml"
+    source.write_text(yaml.safe_dump_all([slo, sloth]))
+    result = read_files([source])
+    assert [o.kind for o in result.objectives] == ["OpenSLO v1 SLO", "Sloth PrometheusServiceLevel"]
+    assumed = [n.detail for n in result.notices if n.construct == "apiVersion"]
+    assert assumed == [
+        "'v1' read as openslo/v1 (from kind SLO with spec.objectives and an indicator)",
+        "'v1' read as sloth.slok.dev/v1 (from kind PrometheusServiceLevel with spec.slos)",
+    ]
+
+
+def test_a_kubernetes_v1_service_is_not_taken_for_an_openslo_document(tmp_path: Path) -> None:
+    source = tmp_path / "svc.yaml"
+    source.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "vllm"},
+                                      "spec": {"ports": [{"port": 8000}]}}))  # fmt: skip
+    result = read_files([source])
+    assert not result.objectives
+    assert [(n.construct, n.skipped) for n in result.notices] == [("document", True)]
+    assert "not a Pyrra, Sloth or OpenSLO SLO" in result.notices[0].detail
+
+
+def test_a_pyrra_good_selector_with_a_status_regex_converts_with_a_warning_naming_it(tmp_path: Path) -> None:
+    success = 'http_request_duration_seconds_bucket{job="api",code=~"2..",le="0.5"}'
+    source = tmp_path / "pyrra.yaml"
+    source.write_text(yaml.safe_dump(pyrra_doc("pyrra.dev/v1alpha1", success, TOTAL_S)))
+    result = read_files([source])
+    (objective,) = result.objectives
+    assert objective.matchers == (("job", "=", "api"),)  # the total's series
+    assert objective.good_only == (("code", "=~", "2.."),)
+    (notice,) = result.notices
+    assert (notice.construct, notice.skipped) == ("good selector narrower than the total", False)
+    assert 'also matches code=~"2.."' in notice.detail and "dropped" in notice.detail
+    assert "Failed requests that answer fast now count as good" in notice.detail
+    cli = runner.invoke(app, ["import", str(source), "-o", str(tmp_path / "slo.yaml")])
+    assert cli.exit_code == 0, cli.output
+    text = (tmp_path / "slo.yaml").read_text()
+    assert '# good events also had to match code=~"2.." there (the total did not); dropped here' in text
+    load_spec(tmp_path / "slo.yaml")
+
+
+def test_the_published_nginx_pyrra_latency_slo_converts_and_its_5xx_good_selector_is_called_a_slip() -> None:
+    result = read_files([ROOT / "tests" / "data" / "interop" / "pyrra" / "nginx.yaml"])
+    assert [o.slo for o in result.objectives] == ["nginx-api-latency"]
+    warned = [n for n in result.notices if n.construct == "good selector narrower than the total"]
+    assert len(warned) == 1 and not warned[0].skipped
+    assert 'status=~"5.."' in warned[0].detail and "slip" in warned[0].detail
+
+
+@pytest.mark.parametrize(
+    "success",
+    [
+        'http_request_duration_seconds_bucket{job="other",le="0.5"}',  # a different value: not a narrowing
+        'http_request_duration_seconds_bucket{le="0.5"}',  # wider than the total
+    ],
+)
+def test_a_good_selector_that_does_not_narrow_the_total_is_still_refused(tmp_path: Path, success: str) -> None:
+    source = tmp_path / "pyrra.yaml"
+    source.write_text(yaml.safe_dump(pyrra_doc("pyrra.dev/v1alpha1", success, TOTAL_S)))
+    result = read_files([source])
+    assert not result.objectives
+    assert [n.construct for n in result.notices] == ["good selector differs from the total beyond le"]

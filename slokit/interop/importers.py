@@ -96,6 +96,7 @@ def _objective(
         class_name=str(notes["slokit.dev/class"]) if notes.get("slokit.dev/class") else None,
         models=models,
         buckets=buckets,
+        good_only=found.good_only,
     )
 
 

@@ -7,6 +7,7 @@ series the original SLO did. Every class carries a comment naming its source fil
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -70,9 +71,73 @@ def _documents(path: Path) -> Iterator[Any]:
             yield doc
 
 
+# Kinds whose apiVersion group is recognised from the document's shape when the group is missing or another one.
+PYRRA_API: Final = "pyrra.dev/v1alpha1"
+SLOTH_API: Final = "sloth.slok.dev/v1"
+OPENSLO_VERSIONS: Final = ("v1", "v1alpha")
+APIVERSION: Final = "apiVersion"
+
+
+def _spec_of(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = doc.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def recognise(doc: Any) -> tuple[str, str] | None:
+    """(the apiVersion to read a document as, the shape that says so) when its own apiVersion is not that one.
+
+    Pyrra's operator writes `apiVersion: v1alpha1` with no group into the objects it generates, and some OpenSLO
+    operators serve v1 under `openslo.com/v1`: refusing those as "not an SLO" would reject the very files teams
+    keep. The kind and the fields under `spec` tell the formats apart, so a missing or different group is read as
+    the format they name, and the caller says which apiVersion it assumed. None when the apiVersion is already
+    the canonical one, or when the shape does not say (a Kubernetes `v1` Service stays what it is).
+    """
+    if not isinstance(doc, dict):
+        return None
+    api, kind = str(doc.get(APIVERSION, "") or ""), str(doc.get("kind", "") or "")
+    group, _, version = api.rpartition("/")
+    spec = _spec_of(doc)
+    if kind == "ServiceLevelObjective" and isinstance(spec.get("indicator"), dict):
+        return None if api.startswith("pyrra.dev/") else (PYRRA_API, "kind ServiceLevelObjective with spec.indicator")
+    if kind == "PrometheusServiceLevel" and isinstance(spec.get("slos"), list):
+        return None if api.startswith("sloth.slok.dev/") else (SLOTH_API, "kind PrometheusServiceLevel with spec.slos")
+    if api.startswith("openslo/") or version not in OPENSLO_VERSIONS:
+        return None
+    if "openslo" in group.lower():  # openslo.com/v1, openslo.io/v1: the group names the format
+        return f"openslo/{version}", f"its group {group}"
+    if kind == "SLO" and isinstance(spec.get("objectives"), list) and ("indicator" in spec or "indicatorRef" in spec):
+        return f"openslo/{version}", "kind SLO with spec.objectives and an indicator"
+    if kind == "SLI" and ("ratioMetric" in spec or "thresholdMetric" in spec):
+        return f"openslo/{version}", "kind SLI with a ratioMetric or thresholdMetric"
+    return None
+
+
+def _normalised(file: str, doc: Any) -> tuple[Any, Notice | None]:
+    """The document as its format's canonical apiVersion reads it, and a notice saying what was assumed."""
+    found = recognise(doc)
+    if found is None:
+        return doc, None
+    canonical, why = found
+    api = doc.get(APIVERSION)
+    kind = str(doc.get("kind", ""))
+    notice = None
+    if kind in ("ServiceLevelObjective", "PrometheusServiceLevel", "SLO"):  # one line per SLO, not per SLI/Service
+        name = str((doc.get("metadata") or {}).get("name", "?"))
+        written = repr(api) if api else "none given"
+        notice = Notice(file, name, APIVERSION, f"{written} read as {canonical} (from {why})", skipped=False)
+    return {**doc, APIVERSION: canonical}, notice
+
+
 def read_files(paths: Iterable[Path]) -> ImportResult:
     """Every objective and notice from the files, in file order; raises ImportFileError on unreadable files."""
-    loaded = [(str(path), doc) for path in paths for doc in _documents(path)]
+    loaded: list[tuple[str, Any]] = []
+    assumed: dict[int, Notice] = {}
+    for path in paths:
+        for raw in _documents(path):
+            doc, notice = _normalised(str(path), raw)
+            if notice is not None:
+                assumed[len(loaded)] = notice
+            loaded.append((str(path), doc))
     slis = {
         str((doc.get("metadata") or {}).get("name")): doc
         for _, doc in loaded
@@ -85,7 +150,9 @@ def read_files(paths: Iterable[Path]) -> ImportResult:
     }
     objectives: list[Objective] = []
     notices: list[Notice] = []
-    for file, doc in loaded:
+    for index, (file, doc) in enumerate(loaded):
+        if index in assumed:
+            notices.append(assumed[index])
         for item in _dispatch(doc, file, slis, sources):
             if isinstance(item, Objective):
                 objectives.append(item)
@@ -177,6 +244,9 @@ def render_spec(result: ImportResult, service: str | None = None) -> str:
             lines.append(f"  # {objective.file}: {objective.kind} {objective.slo!r}")
             if objective.grouping:
                 lines.append(f"  # grouped by ({', '.join(objective.grouping)}) there; slokit aggregates over them")
+            if objective.good_only:
+                shown = ", ".join(f"{k}{op}{json.dumps(v)}" for k, op, v in objective.good_only)  # one line
+                lines.append(f"  # good events also had to match {shown} there (the total did not); dropped here")
             if objective.window != window:
                 lines.append(
                     f"  # window {format_duration(objective.window)} there; this spec's window is "

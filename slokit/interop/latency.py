@@ -5,15 +5,18 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Final
 
 from slokit.interop.model import Unsupported
 from slokit.interop.selectors import Matcher, Query, QueryError, Selector, le_value, parse_query
 from slokit.schema import Sli
+from slokit.units import format_duration
 
 RATIO = "ratio SLI of error counters"
 NATIVE = "native histogram"
 VMRANGE = "VictoriaMetrics histogram_share"
 DIFFERENT = "good selector differs from the total beyond le"
+NARROWER = "good selector narrower than the total"
 GAUGE_THRESHOLD = "gauge-threshold SLI"
 
 # A comparison of a series with a number (`gauge < 0.75`, `0.5 >= x`), outside label matchers and range brackets.
@@ -36,6 +39,7 @@ class Latency:
     scale: float
     grouping: tuple[str, ...]
     warnings: tuple[str, ...]
+    good_only: tuple[Matcher, ...] = ()  # matchers of the good selector the total lacks (dropped, with a warning)
 
 
 def _parse(text: object, role: str) -> Query:
@@ -130,11 +134,12 @@ def latency(good: object | None, total: object, bad: object | None = None) -> La
     if bound is None or not math.isfinite(bound) or bound <= 0:
         raise Unsupported("le matcher", f"the good bucket's le matcher {good_sel.on('le')} is not one finite bound")
     good_m, total_m = set(good_sel.without("le")), set(total_sel.without("le"))
-    if good_m != total_m:
+    if not total_m <= good_m:
         extra = sorted(good_m ^ total_m)
         raise Unsupported(
             DIFFERENT, "matchers in only one of good and total: " + ", ".join(f'{k}{op}"{v}"' for k, op, v in extra)
         )
+    narrower = tuple(sorted(good_m - total_m))
     labels = [m[0] for m in total_sel.matchers if m[0] != "le"]
     if len(labels) != len(set(labels)):
         raise Unsupported(
@@ -143,6 +148,8 @@ def latency(good: object | None, total: object, bad: object | None = None) -> La
         )
     assert base is not None
     scale, warnings = _unit(base)
+    if narrower:
+        warnings = (*warnings, _narrower_good(narrower, bound * scale))
     return Latency(
         histogram=base,
         matchers=tuple(m for m in total_sel.matchers if m[0] != "le"),
@@ -150,6 +157,39 @@ def latency(good: object | None, total: object, bad: object | None = None) -> La
         scale=scale,
         grouping=tuple(dict.fromkeys((*grouping, *total_q.grouping))),
         warnings=warnings,
+        good_only=narrower,
+    )
+
+
+# Labels that carry an HTTP or gRPC status, whose matchers in a good selector mean "and it succeeded" (or failed).
+_STATUS_LABELS: Final = frozenset({"code", "status", "status_code", "http_status", "response_code", "grpc_code"})
+
+
+def _narrower_good(extra: tuple[Matcher, ...], threshold: float) -> str:
+    """The warning for good matchers the total lacks: what the original counted, and what slokit counts instead.
+
+    The original SLO's good events were requests within the threshold that also matched these matchers, so a fast
+    request outside them (typically an error, when the matcher is a status regex) was a bad event; a slokit
+    objective reads one selector for good and total, the total's, so such requests now count as good when fast.
+    The objective is still worth importing, but the reader must know what moved.
+    """
+    shown = ", ".join(f'{label}{op}"{value}"' for label, op, value in extra)
+    within = format_duration(threshold)
+    hint = ""
+    status = [(op, value) for label, op, value in extra if label in _STATUS_LABELS]
+    if status:
+        op, value = status[0]
+        keeps_errors = (op in ("=", "=~") and value.startswith("5")) or (op in ("!=", "!~") and value.startswith("2"))
+        hint = (
+            " As written only server errors could be good there, which is most likely a slip in the original."
+            if keeps_errors
+            else " Failed requests that answer fast now count as good: keep an availability SLO for them."
+        )
+    return (
+        f"{NARROWER}: the good selector also matches {shown}, which the total does not: there a request counted "
+        f"as good only when it was within {within} and matched that too, so a fast request outside it was bad; "
+        f"slokit reads the total's series for both, so every request within {within} is good and the matcher is "
+        f"dropped.{hint}"
     )
 
 

@@ -54,6 +54,7 @@ class Objective:
     class_name: str | None = None  # kept by slokit's own export, so a round trip keeps class names
     models: tuple[str, ...] = ()  # likewise, the models the objective ran on
     buckets: tuple[float, ...] | None = None  # le boundaries in the histogram's unit, where the file says them
+    good_only: tuple[Matcher, ...] = ()  # good-selector matchers the total lacked, dropped (said in a warning)
     warnings: tuple[str, ...] = field(default=())
 
 
