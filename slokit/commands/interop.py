@@ -30,9 +30,13 @@ def import_(
 
     Each class's comment names the source file and SLO; `by (...)` and Pyrra `grouping` are dropped with a warning.
 
+    Read by kind and shape, saying which apiVersion was assumed: Pyrra's groupless `v1alpha1`, `openslo.com/v1`.
+
+    A good-only matcher (a status regex the total lacks) is dropped with a warning saying what it meant.
+
     Refused SLIs, each named on stderr: ratios of error counters, raw, boolean-gauge and gauge-threshold SLIs.
 
-    Refused too: native histograms, calendar windows, timeslice budgeting, good selectors that differ beyond `le`.
+    Refused too: native histograms, calendar windows, timeslice budgeting, good selectors that differ otherwise.
 
     Exit status: 0 every SLO converted, 3 some skipped, 2 nothing usable (or a file cannot be read).
 
