@@ -397,3 +397,73 @@ def test_counters_are_rated_over_the_rate_interval(spec: Spec) -> None:
                 assert re.search(r"(rate|increase)\($", before), f"{title}: {match.group(0)} is not rated in {expr}"
                 rest = expr[match.end() :]
                 assert re.match(r"(\{[^}]*\})?\[\$__rate_interval\]", rest), f"{title}: {expr}"
+
+
+def _ids_by_key(built: dashboards.Built) -> dict[tuple[str, ...], int]:
+    """Every panel of every board by (board, the title of its row, its title), from the generated JSON."""
+    out: dict[tuple[str, ...], int] = {}
+    for name, board in built.dashboards.items():
+        row = ""
+        for panel in board["panels"]:
+            if panel["type"] == "row":
+                row = panel["title"]
+            key = (name, row, panel["title"])
+            assert key not in out, key
+            out[key] = panel["id"]
+    return out
+
+
+def test_panel_ids_are_a_hash_of_the_board_and_the_panels_key(spec: Spec) -> None:
+    built = dashboards.build(spec)
+    for ref in built.refs.values():
+        assert 1 <= ref.panel_id <= 2**31 - 1  # Grafana keeps panel ids as 32-bit integers in places
+    budget = built.refs[("budget",)]
+    assert budget.panel_id == dashboards.panel_id(budget.uid, ("budget",))
+
+
+def test_adding_a_class_changes_no_other_panels_id() -> None:
+    """A spec with one more class adds rows and panels to the boards; every panel both specs have keeps its id,
+    so a `viewPanel=<id>` link saved before the upgrade opens the same panel after it."""
+    full = yaml.safe_load((ROOT / "examples" / "assistant.yaml").read_text())
+    fewer = {**full, "classes": [rc for rc in full["classes"] if rc["name"] != "chat"]}
+    before = dashboards.build(load_spec_text(yaml.safe_dump(fewer)))
+    after = dashboards.build(load_spec_text(yaml.safe_dump(full)))
+    old, new = _ids_by_key(before), _ids_by_key(after)
+    assert len(new) > len(old)  # chat's rows and panels were added, several before code's
+    shared = set(old) & set(new)
+    assert len(shared) > 20
+    assert {key: old[key] for key in shared} == {key: new[key] for key in shared}
+    for key, ref in before.refs.items():
+        if key in after.refs and ref.title == after.refs[key].title:
+            assert after.refs[key].panel_id == ref.panel_id, key
+
+
+def test_inserting_a_panel_on_a_board_leaves_the_others_ids() -> None:
+    from slokit.generate.dashboards.grafana import Board, timeseries
+
+    def board(keys: list[str]) -> dict[str, int]:
+        b = Board("overview", "svc-overview", "svc · Overview")
+        b.row("Row", key=("row-a",))
+        for key in keys:
+            b.add(timeseries(key, "d", [("up", "up")], "none"), 8, 4, key=(key,))
+        return {ref[0]: b.refs[ref].panel_id for ref in b.refs}
+
+    first = board(["a", "b", "c"])
+    second = board(["new", "a", "b", "c"])
+    assert {k: second[k] for k in first} == first
+    assert len(set(second.values())) == 4
+
+
+def test_colliding_panel_ids_are_moved_and_a_repeated_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slokit.generate.dashboards import grafana
+    from slokit.generate.dashboards.grafana import Board, timeseries
+
+    real = grafana.panel_id
+    monkeypatch.setattr(grafana, "panel_id", lambda uid, key, salt=0: 7 if salt == 0 else real(uid, key, salt))
+    b = Board("overview", "svc-overview", "svc · Overview")
+    for key in ("a", "b", "c"):
+        b.add(timeseries(key, "d", [("up", "up")], "none"), 8, 4, key=(key,))
+    ids = [b.refs[(k,)].panel_id for k in ("a", "b", "c")]
+    assert ids[0] == 7 and len(set(ids)) == 3
+    with pytest.raises(ValueError, match="two panels with the key"):
+        b.add(timeseries("a", "d", [("up", "up")], "none"), 8, 4, key=("a",))

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from slokit.catalog import GPUS, MODELS
+from slokit.fleet import fleet_spec_yaml
 from slokit.generate import alerts, runbook
 from slokit.generate.model import AlertKind, AlertRule, heading_anchor
 from slokit.local.prometheus import check_rule_files, run_rule_tests
@@ -92,43 +93,125 @@ def guide_of(by_title: dict[str, str], body: str) -> str:
     return by_title[unescape(match.group(1))]
 
 
-def test_sections_link_a_guide_that_walks_the_steps_in_order_with_this_alerts_model_and_class(spec: Spec) -> None:
+def test_every_alert_section_links_the_one_fleet_guide_whose_steps_run_in_order(spec: Spec) -> None:
     rules = alerts.alert_rules(spec)
     text = runbook.render(spec, rules)
     by_title = sections(text)
     m = spec.metrics
-    guides = {t: b for t, b in by_title.items() if t.startswith("Debugging ")}
-    # Each scope's steps once: one guide per class on a model and per model, however many alerts link to it.
-    scopes = {(r.model, r.request_class) for r in rules}
-    assert len(guides) == len(scopes) < len(rules)
+    guides = {t: b for t, b in by_title.items() if t.startswith("Debugging")}
+    # One guide for the fleet, however many models and alerts link to it.
+    assert list(guides) == ["Debugging"]
     for title, body in by_title.items():
         if title in guides:
             continue
-        assert "**Step " not in body, f"{title}: steps belong in the guides"
+        assert "**Step " not in body, f"{title}: steps belong in the guide"
+    body = guides["Debugging"]
+    positions = [body.index(f"**Step {i}: {title}.**") for i, title in enumerate(STEP_TITLES, start=1)]
+    if m.frontend_latency:  # the API server comes before the engine queue
+        positions.insert(0, body.index("**Step 0: API server saturation.**"))
+    else:
+        assert "**Step 0:" not in body
+    assert positions == sorted(positions)
+    step_bodies = re.split(r"\*\*Step \d: ", body)[1:]
+    for step in step_bodies:
+        assert promql_blocks(step), "a step without PromQL"
+        assert "Healthy:" in step and "Fix:" in step
+    if m.frontend_latency:
+        frontend = "\n".join(promql_blocks(step_bodies.pop(0)))
+        assert m.frontend_latency[Sli.TTFT] in frontend and m.latency[Sli.TTFT] in frontend
+    # The queries name the spec's only model, or the placeholder the reader replaces with the alert's model.
+    model = spec.models[0].name if len(spec.models) == 1 else runbook.MODEL_PLACEHOLDER
+    if m.model_label is not None:
+        assert f'{m.model_label}="{model}"' in promql_blocks(step_bodies[0])[0]
+        assert (runbook.MODEL_PLACEHOLDER in text) == (len(spec.models) > 1)
     for rule in rules:
         section = by_title[rule.title]
         assert section.index("What fired and what it means for users") < section.index("**Debug:**")
         assert "{{" not in section, f"{rule.title}: a template left for a human to expand"
-        body = guide_of(by_title, section)
-        positions = [body.index(f"**Step {i}: {title}.**") for i, title in enumerate(STEP_TITLES, start=1)]
-        if m.frontend_latency:  # the API server comes before the engine queue
-            positions.insert(0, body.index("**Step 0: API server saturation.**"))
-        else:
-            assert "**Step 0:" not in body
-        assert positions == sorted(positions), rule.title
-        step_bodies = re.split(r"\*\*Step \d: ", body)[1:]
-        for step in step_bodies:
-            assert promql_blocks(step), f"{rule.title}: a step without PromQL"
-            assert "Healthy:" in step and "Fix:" in step
-        if m.frontend_latency:
-            frontend = "\n".join(promql_blocks(step_bodies.pop(0)))
-            assert m.frontend_latency[Sli.TTFT] in frontend and m.latency[Sli.TTFT] in frontend
-        if rule.model is not None:
-            queue = promql_blocks(step_bodies[0])
-            assert f'{m.model_label}="{rule.model}"' in queue[0]
-            assert f"running stays below each engine's --max-num-seqs ({rule.model}: " in step_bodies[0].lower()
-        if rule.request_class is not None and m.class_label is not None:
-            assert f'{m.class_label}="{rule.request_class}"' in "\n".join(promql_blocks(step_bodies[1]))
+        assert guide_of(by_title, section) == body
+
+
+def test_every_runbook_url_anchor_is_a_heading_of_the_runbook(spec: Spec) -> None:
+    """The anchors alerts link to, read from the written rule annotations, each resolve to one heading."""
+    text = runbook.files(spec)[f"runbooks/{spec.service}.md"]
+    anchors = heading_anchors(text)
+    urls = [rule.annotations["runbook_url"] for rule in alerts.alert_rules(spec)]
+    assert urls
+    for url in urls:
+        anchor = url.rsplit("#", 1)[1]
+        assert anchors.count(anchor) == 1, f"{url}: no heading (or several) in the runbook"
+
+
+def table_rows(body: str, first_header: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table in `body` whose first header is `first_header`, as header -> cell."""
+    lines = body.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    headers = [unescape(c.strip()) for c in lines[start].strip("|").split(" | ")]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [unescape(c.strip()) for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        rows.append(dict(zip(headers, cells, strict=True)))
+    return rows
+
+
+def test_a_burn_rules_table_gives_each_objectives_factor_from_its_parameters(spec: Spec) -> None:
+    """Every member of every burn-rate rule has a row whose factor, error share and objective are the member's
+    parameters (the values the rule's parameter series hold), and whose models include the member's model."""
+    rules = [r for r in alerts.alert_rules(spec) if r.kind is AlertKind.BURN_RATE]
+    assert rules
+    by_title = sections(runbook.render(spec, rules))
+    for rule in rules:
+        rows = table_rows(by_title[rule.title], "Class")
+        assert len(rows) == len({(m.request_class, m.sli) for m in rule.members})
+        for member in rule.members:
+            assert member.sli is not None
+            (row,) = [r for r in rows if (r["Class"], r["SLO"]) == (member.request_class, member.sli.value)]
+            params = member.params
+            assert float(row["Burn factor"]) == pytest.approx(params["factor"], rel=1e-5)
+            assert float(row["Error share that fires"].rstrip("%")) / 100 == pytest.approx(
+                params["error_ratio"], rel=1e-3
+            )
+            assert row["Objective"].startswith(f"{params['objective'] * 100:g}% within ")
+            assert member.model in row["Models"] or row["Models"] == f"all {len(spec.models)} models"
+        # The factor the rule holds is the one its parameter series carry (alerts.burn_thresholds).
+        series = {(labels["class"], labels["slo"], labels["long"], labels["short"]): factor
+                  for labels, factor in alerts.burn_thresholds(spec)}  # fmt: skip
+        for member in rule.members:
+            assert member.sli is not None
+            key = (member.request_class, member.sli.value, rule.labels["long"], rule.labels["short"])
+            assert series[key] == member.params["factor"]
+
+
+def test_a_consistency_and_a_queue_rules_tables_hold_their_members_values() -> None:
+    spec = load_spec(ROOT / "examples" / "summarize.yaml")
+    rules = alerts.alert_rules(spec)
+    by_title = sections(runbook.render(spec, rules))
+    (consistency,) = [r for r in rules if r.kind is AlertKind.CONSISTENCY]
+    for member in consistency.members:
+        assert member.sli is not None
+        rows = table_rows(by_title[consistency.title], "Class")
+        (row,) = [r for r in rows if (r["Class"], r["SLO"]) == (member.request_class, member.sli.value)]
+        assert float(row["Limit (p99 / p50)"]) == member.params["limit"]
+    for rule in (r for r in rules if r.kind is AlertKind.QUEUE_OVERLOAD):
+        rows = table_rows(by_title[rule.title], "max-num-seqs")
+        for member in rule.members:
+            (row,) = [r for r in rows if member.model in r["Models"].split(", ")]
+            assert float(row["max-num-seqs"]) == member.params["max_num_seqs"]
+
+
+@pytest.mark.parametrize("source", ["slokit", "vllm"])
+def test_a_32_model_fleets_runbook_is_within_a_quarter_of_a_4_model_fleets(source: str) -> None:
+    """The runbook grows with the spec's classes and SLOs and by one table row per model, not by a copy of a
+    section or a guide per model."""
+    lines = {}
+    for models in (4, 32):
+        spec = load_spec_text(fleet_spec_yaml(models, source))
+        text = runbook.render(spec, alerts.alert_rules(spec))
+        assert text.count("## Debugging") == 1
+        lines[models] = len(text.splitlines())
+    assert lines[32] <= 1.25 * lines[4], lines
 
 
 def test_healthy_numbers_come_from_the_spec_and_the_planner() -> None:
@@ -136,8 +219,12 @@ def test_healthy_numbers_come_from_the_spec_and_the_planner() -> None:
     text = runbook.render(spec, alerts.alert_rules(spec))
     assert "KV-cache usage under 95% (`alerting.kv_cache_usage_max`)" in text
     assert "--max-num-seqs (llama-3-70b: 256)" in text
-    assert "| llama-3-70b | 8 x h100-sxm | 256 | 256 | 16,591 |" in text  # the planner's batch, and its figure
-    assert "Queue time p99 is a small part of the TTFT objective (500ms)" in text  # chat's TTFT objective
+    (row,) = table_rows(text, "Model")  # the planner's batch, and its figure, in the models table
+    assert row["Model"] == "llama-3-70b" and row["GPUs"] == "8 x h100-sxm" and row["max-num-seqs"] == "256"
+    assert row["Largest batch within the ITL objective"] == "256"
+    assert row["Expected decode tokens/s per engine at that batch"] == "16,591"
+    assert row["Tightest ITL/TPOT objective"] == "30ms"  # code's TPOT objective
+    assert "Queue time p99 is a small part of the tightest TTFT objective (300ms)" in text  # code's TTFT objective
     assert "## Tuning" in text
     for lever in ("Largest max batch size", "Prefix caching", "KV block size", "FP8 weights or KV cache",
                   "Speculative decoding"):  # fmt: skip
@@ -262,9 +349,10 @@ def test_expected_decode_is_the_planners_figure_at_the_running_batch() -> None:
     # A light load expects little: 4 running requests expect about a thirtieth of a full engine's tokens/s.
     assert curve[2].tokens_per_second < curve[-1].tokens_per_second / 25
     text = runbook.render(spec, alerts.alert_rules(spec))
-    assert "| Requests running | 1 | 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 |" in text
-    assert f"| Tokens/s per engine | {curve[0].tokens_per_second:,.0f} | " in text
-    assert f"about {curve[0].tokens_per_second:,.0f} tokens/s at 1 running request" in text
+    assert "| Model | 1 | 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 |" in text  # one row per model, a column per batch
+    (row,) = table_rows(text, "Model | 1")
+    assert row["1"] == f"{curve[0].tokens_per_second:,.0f} / 8.2ms"
+    assert row["256"].startswith(f"{curve[-1].tokens_per_second:,.0f} / ")
 
 
 @pytest.mark.prometheus
@@ -276,14 +364,14 @@ def test_runbook_expected_decode_query_evaluates_to_the_planner_at_the_running_b
     spec = load_spec(ROOT / "examples" / "assistant.yaml")
     text = runbook.render(spec, alerts.alert_rules(spec))
     by_title = sections(text)
-    body = guide_of(by_title, by_title[next(r.title for r in alerts.alert_rules(spec) if r.model == "llama-3-70b")])
+    body = guide_of(by_title, by_title[alerts.alert_rules(spec)[0].title])
     step = body.split("**Step 2: Decode throughput.**", 1)[1].split("**Step 3:", 1)[0]
 
     def query(label: str) -> str:
         return step.split(f"\n{label}:\n\n```promql\n", 1)[1].split("\n```\n", 1)[0]
 
-    expected = query("Expected decode tokens/s per engine at the batch it is running (roofline planner)")
-    ratio = query("Measured over expected at the running batch, per engine (healthy: 0.7 or more)")
+    expected = query("Expected decode tokens/s per engine of llama-3-70b at the batch it is running (roofline planner)")
+    ratio = query("Measured over expected at the running batch, per engine of llama-3-70b (healthy: 0.7 or more)")
     labels = 'namespace="prod", job="vllm", model="llama-3-70b"'
     series = []
     checks = []

@@ -2,9 +2,10 @@
 
 grafanalib is in maintenance mode, so only `grafana.py` (the adapter) imports it: the boards and the rest of slokit
 see plain JSON data (`files`) and panel references (`panel_url`, `panel_for`), which keeps a later move to
-Grafana's foundation SDK a one-module change. Panels are laid out and numbered by the adapter's `Board`, not by
-grafanalib, so ids and positions are stable: an alert's runbook section links to a panel by id, and that link must
-survive a regeneration.
+Grafana's foundation SDK a one-module change. Panels are laid out by the adapter's `Board`, not by grafanalib, and
+each panel's id is a hash of its dashboard's uid and its key (what it shows: `identity.panel_id`), never its place:
+an alert's runbook section and users' bookmarks link to a panel by id (`viewPanel=`), and those links must survive
+a regeneration and an upgrade that adds or removes other panels.
 
 Three dashboards per service, all filtered by the same variables (`datasource`, `service`, `model`, `class`,
 `engine`), one module each:
@@ -26,7 +27,7 @@ Beside them: `exprs` (PromQL over the dashboard variables), `identity` (uids, pa
 from slokit.generate.dashboards.boards import DASHBOARD_NAMES, build, files, panel_for, panel_url, panel_variables
 from slokit.generate.dashboards.exprs import LOW_TRAFFIC_TEXT, LOW_TRAFFIC_VALUE
 from slokit.generate.dashboards.grafana import DATASOURCE_REF, DATASOURCE_VAR, SCHEMA_VERSION
-from slokit.generate.dashboards.identity import Built, PanelRef, class_values, dashboard_uid, model_values
+from slokit.generate.dashboards.identity import Built, PanelRef, class_values, dashboard_uid, model_values, panel_id
 from slokit.generate.dashboards.latency import histogram_panels
 from slokit.generate.dashboards.provisioning import (
     GRAFANA_DASHBOARD_DIR,
@@ -57,6 +58,7 @@ __all__ = [
     "histogram_panels",
     "model_values",
     "panel_for",
+    "panel_id",
     "panel_url",
     "panel_variables",
     "queries",

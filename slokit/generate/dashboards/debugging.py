@@ -73,7 +73,7 @@ class _Rows:
 
     def add(self, step: debug_steps.DebugStep) -> None:
         """The row of one step: its header, then its panels."""
-        self.board.row(step.row_title)
+        self.board.row(step.row_title, key=("step", step.key.value))
         rows: dict[debug_steps.StepKey, Callable[[], None]] = {
             debug_steps.StepKey.API_SERVER: self.api_server,
             debug_steps.StepKey.QUEUE: self.queue,

@@ -2,7 +2,8 @@
 
 grafanalib is in maintenance mode; keeping every use of it here (panel constructors, the grid, variables, the
 dashboard JSON and the cleanup of grafanalib's legacy keys) makes a move to Grafana's foundation SDK a one-module
-change. `Board` places panels on the grid and numbers them itself, so panel ids stay stable across regenerations.
+change. `Board` places panels on the grid and gives each the id `identity.panel_id` derives from the dashboard uid and
+the panel's key (what it shows), so an id never depends on the panels around it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from grafanalib._gen import DashboardEncoder
 
 from slokit import schema
 from slokit.generate.dashboards.exprs import LOW_TRAFFIC_TEXT, LOW_TRAFFIC_VALUE, model_var, scope, selector, var
-from slokit.generate.dashboards.identity import PanelRef, class_values, model_values
+from slokit.generate.dashboards.identity import PanelRef, class_values, model_values, panel_id
 from slokit.generate.writer import notice
 from slokit.spec import Spec
 
@@ -45,29 +46,50 @@ LOW_TRAFFIC_COLOR: Final = "#8e8e8e"
 
 @dataclass
 class Board:
-    """A dashboard being built: panels placed on the grid in order, ids assigned in order."""
+    """A dashboard being built: panels placed on the grid in order, each with the id of its key.
+
+    A panel's key says what it shows (`("burn", class, slo)`, `("row", title)`); its id is `panel_id(uid, key)`,
+    so adding or removing a panel changes no other panel's id. Two panels with one key are refused; two keys whose
+    hashes collide get the next salted candidate, the later panel moving (checked, never silent).
+    """
 
     name: str
     uid: str
     title: str
     panels: list[g.Panel] = field(default_factory=list)
     refs: dict[tuple[str, ...], PanelRef] = field(default_factory=dict)
-    next_id: int = 1
+    ids: dict[int, tuple[str, ...]] = field(default_factory=dict)  # id -> the key it was given to
+    keys: set[tuple[str, ...]] = field(default_factory=set)
     y: int = 0
     x: int = 0
     row_height: int = 0
 
-    def row(self, title: str) -> None:
-        """Start a new row (a full-width row header)."""
+    def row(self, title: str, key: tuple[str, ...] | None = None) -> None:
+        """Start a new row (a full-width row header), keyed by its title unless `key` is given."""
         self._newline()
-        self.panels.append(g.RowPanel(title=title, id=self._id(), gridPos=g.GridPos(h=1, w=GRID_WIDTH, x=0, y=self.y)))
+        ident = ("row", *(key if key is not None else (title,)))
+        self.panels.append(
+            g.RowPanel(title=title, id=self._id(ident), gridPos=g.GridPos(h=1, w=GRID_WIDTH, x=0, y=self.y))
+        )
         self.y += 1
 
-    def add(self, panel: g.Panel, width: int, height: int, key: tuple[str, ...] | None = None) -> None:
-        """Place `panel` right of the previous one, wrapping to a new line when the row is full."""
+    def add(
+        self,
+        panel: g.Panel,
+        width: int,
+        height: int,
+        key: tuple[str, ...] | None = None,
+        *,
+        ident: tuple[str, ...] | None = None,
+    ) -> None:
+        """Place `panel` right of the previous one, wrapping to a new line when the row is full.
+
+        `key` names the panel for `refs` (the runbook's links); `ident` is what its id is derived from when that
+        differs from `key` (default: `key`, else the panel's title).
+        """
         if self.x + width > GRID_WIDTH:
             self._newline()
-        panel.id = self._id()
+        panel.id = self._id(ident if ident is not None else key if key is not None else ("title", panel.title))
         panel.gridPos = g.GridPos(h=height, w=width, x=self.x, y=self.y)
         self.x += width
         self.row_height = max(self.row_height, height)
@@ -80,9 +102,16 @@ class Board:
         self.x = 0
         self.row_height = 0
 
-    def _id(self) -> int:
-        value = self.next_id
-        self.next_id += 1
+    def _id(self, ident: tuple[str, ...]) -> int:
+        if ident in self.keys:
+            raise ValueError(f"dashboard {self.uid}: two panels with the key {ident!r}")
+        salt = 0
+        value = panel_id(self.uid, ident)
+        while value in self.ids:
+            salt += 1
+            value = panel_id(self.uid, ident, salt)
+        self.ids[value] = ident
+        self.keys.add(ident)
         return value
 
 

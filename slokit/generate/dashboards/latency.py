@@ -45,6 +45,13 @@ class HistogramPanel:
     where: str  # engine, frontend or custom
 
     @property
+    def ident(self) -> tuple[str, ...]:
+        """What the panel draws, for its id: the indicator and the histogram (where it is measured, its name and
+        its own selector), not its place among the indicator's histograms."""
+        own = ",".join(f"{label}{op}{value}" for label, op, value in _own_matchers(self.hist))
+        return (self.sli.value, self.where, self.hist.name, own)
+
+    @property
     def unit(self) -> str:
         """The Grafana unit of the histogram's own `le` (heatmaps show buckets as exported)."""
         return "ms" if self.hist.scale == 0.001 else "s"
@@ -261,6 +268,7 @@ def _percentile_panel(spec: Spec, board: Board, panel: HistogramPanel, index: in
         16,
         9,
         key=key,
+        ident=("latency", *panel.ident),
     )
     for rc in panel.classes:
         board.refs[("latency", panel.sli.value, rc.name)] = board.refs[key]
@@ -283,6 +291,7 @@ def _heatmap_panel(board: Board, panel: HistogramPanel, bucket: str, index: int,
         8,
         9,
         key=("heatmap", sli.value) if index == 0 else ("heatmap", sli.value, str(index)),
+        ident=("heatmap", *panel.ident),
     )
 
 
@@ -292,7 +301,7 @@ def _percentile_row(spec: Spec, board: Board, sli: Sli) -> None:
     panels = histogram_panels(spec, sli)
     if not panels:
         return
-    board.row(f"{schema.SLI_TITLES[sli].capitalize()} ({sli.value})")
+    board.row(f"{schema.SLI_TITLES[sli].capitalize()} ({sli.value})", key=("latency", sli.value))
     alone = len(panels) == 1
     for index, panel in enumerate(panels):
         bucket = _percentile_panel(spec, board, panel, index, alone)
@@ -305,7 +314,7 @@ def _prompt_row(spec: Spec, board: Board, q: RawVars) -> None:
     m = spec.metrics
     if m.prompt_tokens_histogram is None or Sli.TTFT not in m.latency:  # TGI has no TTFT histogram
         return
-    board.row("TTFT against prompt length")
+    board.row("TTFT against prompt length", key=("ttft_prompt",))
     ttft = m.latency[Sli.TTFT]
     group = ", ".join(label for label in q.by_labels if label != m.engine_label)
     mean_ttft = (
@@ -371,7 +380,7 @@ def _failed_requests_row(spec: Spec, board: Board, q: RawVars) -> None:
         (f"sum by ({', '.join(group)}) ({rate(metric, q.raw(with_engine=False))})", f"{side} " + legend_format(*group))
         for side, metric in sides
     ]
-    board.row("Requests failed before their first token")
+    board.row("Requests failed before their first token", key=("failed",))
     board.add(
         timeseries(
             "Failed before the first token, by reason",

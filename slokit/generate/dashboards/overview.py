@@ -174,7 +174,7 @@ def _traffic_panel(board: Board) -> None:
 
 def _budget_row(spec: Spec, board: Board) -> None:
     """The top row, one glance for the whole service: budget left, compliance, traffic."""
-    board.row(f"Error budget over {format_duration(spec.window)}")
+    board.row(f"Error budget over {format_duration(spec.window)}", key=("budget",))
     _budget_panel(spec, board)
     _compliance_panel(spec, board)
     _traffic_panel(board)
@@ -252,7 +252,7 @@ def _tier_panel(spec: Spec, board: Board, rc: RequestClass, slo: SloSpec) -> Non
 
 def _slo_row(spec: Spec, board: Board, rc: RequestClass, slo: SloSpec) -> None:
     """One row per class and indicator: burn rate, tier status and consistency, each only where the SLO asks."""
-    board.row(f"{rc.name} · {schema.SLI_TITLES[slo.sli]} ({slo.sli.value})")
+    board.row(f"{rc.name} · {schema.SLI_TITLES[slo.sli]} ({slo.sli.value})", key=("slo", rc.name, slo.sli.value))
     if slo.objective is not None:
         _burn_panel(spec, board, rc, slo)
     _tier_panel(spec, board, rc, slo)

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from markupsafe import Markup
 
 from slokit import promql, schema
 from slokit.catalog import GPUS
 from slokit.generate import dashboards, debug_steps
-from slokit.generate.model import AlertRule
 from slokit.generate.queries import Queries
 from slokit.generate.runbook.markdown import link
 from slokit.generate.runbook.model import RATE_WINDOW, Guide, ModelFacts
 from slokit.plan import roofline
 from slokit.schema import Sli
 from slokit.spec import Model, Spec
+
+# What the fleet's debugging guide writes for the model an alert names, when the spec has more than one: the reader
+# replaces it with the alert's `model` label (a string PromQL parses, which matches no series until replaced).
+MODEL_PLACEHOLDER: Final = "<model>"
 
 
 @dataclass
@@ -27,7 +31,7 @@ class Context:
     spec: Spec
     built: dashboards.Built
     facts: dict[str, ModelFacts] = field(default_factory=dict)
-    guides: dict[tuple[str | None, str | None, tuple[str, ...]], Guide] = field(default_factory=dict)
+    guide: Guide | None = None  # the fleet's one debugging guide, built on first use
 
     @property
     def m(self) -> schema.SourceMetrics:
@@ -46,6 +50,36 @@ class Context:
         """`debug_steps`' queries over one model's (and class's) raw series and the runbook's rate window."""
         matchers = self.raw(model, request_class)
         return debug_steps.Series(lambda metric: f"{metric}{{{matchers}}}", RATE_WINDOW)
+
+    @property
+    def one_model(self) -> str:
+        """The model the debugging guide's queries filter by: the spec's only model by name, else the placeholder
+        the reader replaces with the alert's `model` label."""
+        return self.spec.models[0].name if len(self.spec.models) == 1 else MODEL_PLACEHOLDER
+
+    @property
+    def placeholder(self) -> bool:
+        """Whether the guide's queries carry `MODEL_PLACEHOLDER` (more than one model, and a model label)."""
+        return self.one_model == MODEL_PLACEHOLDER and self.m.model_label is not None
+
+    def raw_one(self) -> str:
+        """Matchers on raw metrics for the model an alert names: the scope every model shares and the model label
+        (`one_model`: the name, or the placeholder)."""
+        if not self.placeholder:
+            return self.raw(self.spec.models[0].name if self.spec.models else None)
+        q = Queries(self.spec)
+        assert self.m.model_label is not None
+        return matchers_text([*q.common_selector(), promql.eq(self.m.model_label, MODEL_PLACEHOLDER)])
+
+    def series_one(self) -> debug_steps.Series:
+        """`debug_steps`' queries over the raw series of the model an alert names (see `raw_one`)."""
+        matchers = self.raw_one()
+        return debug_steps.Series(lambda metric: f"{metric}{{{matchers}}}", RATE_WINDOW)
+
+    def rec_one(self) -> str:
+        """Matchers on slokit's recorded series for the model an alert names."""
+        model = self.spec.models[0].name if len(self.spec.models) == 1 else MODEL_PLACEHOLDER
+        return self.rec(model)
 
     def rec(self, model: str | None, request_class: str | None = None, sli: Sli | None = None) -> str:
         return matchers_text(Queries(self.spec).recorded_matchers(model, request_class, sli))
@@ -95,17 +129,6 @@ class Context:
         )
         self.facts[model.name] = facts
         return facts
-
-    def models_of(self, rule: AlertRule) -> list[Model]:
-        if rule.model is not None:
-            return [m for m in self.spec.models if m.name == rule.model] or list(self.spec.models)
-        if rule.request_class is not None:
-            try:
-                names = self.spec.request_class(rule.request_class).models
-            except KeyError:
-                names = ()
-            return [m for m in self.spec.models if m.name in names] or list(self.spec.models)
-        return list(self.spec.models)
 
     def panel(self, key: tuple[str, ...], variables: Mapping[str, str]) -> Markup | None:
         ref = self.built.refs.get(key)

@@ -6,6 +6,7 @@ No jinja2 here: the template owner (`template.py`) applies `md_escape` to every 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
 from markupsafe import Markup
@@ -16,6 +17,13 @@ _MD_INLINE: Final = re.compile(r"([\\`*_\[\]|~])")  # special anywhere in a line
 _MD_LINE_START: Final = re.compile(r"^(\s*)([#>+=-]|\d+[.)])")  # special only where a line (block) starts
 
 
+def _inline(text: str) -> str:
+    """Spec text on one line, its inline punctuation backslashed and `<>&` as entities."""
+    one_line = re.sub(r"\s+", " ", str(text))
+    escaped = _MD_INLINE.sub(r"\\\1", one_line)
+    return escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def md_escape(text: str) -> Markup:
     """Spec text made inert in Markdown and HTML.
 
@@ -23,10 +31,7 @@ def md_escape(text: str) -> Markup:
     backslash before a leading `#`, `-`, `>` or `1.` (a heading, list or quote); newlines become spaces so a value
     can never start a block of its own.
     """
-    one_line = re.sub(r"\s+", " ", str(text))
-    escaped = _MD_INLINE.sub(r"\\\1", one_line)
-    escaped = escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    escaped = _MD_LINE_START.sub(_escape_line_start, escaped)
+    escaped = _MD_LINE_START.sub(_escape_line_start, _inline(text))
     return Markup(escaped)
 
 
@@ -63,3 +68,13 @@ def link(text: str, url: str) -> Markup:
     """A Markdown link with escaped text and a URL that cannot break out of the parentheses."""
     safe_url = url.replace(" ", "%20").replace("(", "%28").replace(")", "%29").replace("<", "%3C").replace(">", "%3E")
     return Markup(f"[{md_escape(text)}]({safe_url})")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Markup:
+    """A Markdown table; each cell escaped (a `|` in spec text cannot add a column) unless it is Markup already."""
+
+    def line(cells: Sequence[str]) -> str:
+        # A cell never starts a line, so only inline punctuation needs escaping there (13.44 stays 13.44).
+        return "| " + " | ".join(c if isinstance(c, Markup) else _inline(c) for c in cells) + " |"
+
+    return Markup("\n".join([line(headers), "|" + "---|" * len(headers), *(line(row) for row in rows)]))

@@ -50,12 +50,14 @@ class Section:
     labels: tuple[tuple[str, str], ...]
     panel: Markup
     guide: Guide
+    values: Table  # the values the rule holds per class and SLO (per model where a value is a model's)
+    condition: tuple[tuple[str, str], ...]  # its rule-wide values (windows, guards, limits), named
 
 
 @dataclass(frozen=True)
 class Guide:
-    """The ordered debugging steps for one scope (a class on a model, a model, or the whole service), written
-    once and linked from every alert of that scope: an on-call reads the alert's short section, then one guide."""
+    """The ordered debugging steps, written once for the fleet and linked from every alert: an on-call reads the
+    alert's short section, then the guide."""
 
     title: str
     anchor: str
@@ -88,10 +90,8 @@ class ModelFacts:
 
 
 @dataclass(frozen=True)
-class DecodeTable:
-    """The planner's expected decode of one model's engine by running batch, as table cells."""
+class Table:
+    """A Markdown table: header cells and rows of cells (escaped by the template like any spec text)."""
 
-    model: str
-    batches: tuple[str, ...]
-    tokens: tuple[str, ...]
-    itl: tuple[str, ...]
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]

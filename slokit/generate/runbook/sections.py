@@ -1,4 +1,4 @@
-"""One runbook section per alert: what fired, what it means for users, and the guide of its scope."""
+"""One runbook section per alert: what fired, what it means for users, its values per class and SLO, and the guide."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any, Final
 from slokit import schema
 from slokit.generate import dashboards
 from slokit.generate.model import AlertKind, AlertRule
+from slokit.generate.runbook import tables
 from slokit.generate.runbook.context import Context
 from slokit.generate.runbook.markdown import link
 from slokit.generate.runbook.model import Section
@@ -38,6 +39,11 @@ def for_humans(annotation: str) -> str:
 
 
 def _who(rule: AlertRule) -> str:
+    if rule.model is None and rule.request_class is None and rule.members:
+        # A rule written for the fleet: the series it fires on names the class and model.
+        if any(member.request_class is not None for member in rule.members):
+            return "Requests of the alert's class on its model"
+        return "Requests on the alert's model"
     if rule.request_class is not None and rule.model is not None:
         return f"Requests of class {rule.request_class} on {rule.model}"
     if rule.request_class is not None:
@@ -71,7 +77,9 @@ def alert_section(ctx: Context, rule: AlertRule) -> Section:
         fires_when=fires,
         labels=labels,
         panel=panel,
-        guide=guide(ctx, rule),
+        guide=guide(ctx),
+        values=tables.table(ctx.spec, rule),
+        condition=tables.condition(rule),
     )
 
 
@@ -107,7 +115,7 @@ def _burn_rate(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
 def _tier(ctx: Context, rule: AlertRule) -> tuple[str, ...]:
     """Tier alerts: a percentile over its tier for alerting.tier_for, with the tiers spelt out."""
     slo = _slo_of(ctx, rule)
-    tiers = tier_text(slo) if slo is not None else ""
+    tiers = tier_text(slo) if slo is not None else "Each class's threshold is in the table below."
     return _meaning(
         "tier", who=_who(rule), sli=_sli_text(rule), tier_for=ctx.spec.alerting.tier_for, tiers=tiers,
         effect=_effect(rule),

@@ -1,15 +1,22 @@
-"""The debugging guides: the steps of `debug_steps` with the exact PromQL, healthy figures and fixes for one scope."""
+"""The fleet's debugging guide: the steps of `debug_steps` with their PromQL, healthy figures and fixes, written once.
+
+Every alert section links to this one guide. Its queries filter by the model an alert names: the spec's only model
+by name, or `<model>` (context.MODEL_PLACEHOLDER) which the reader replaces with the alert's `model` label. What
+differs per model (max_num_seqs, the planner's figures, the GPU) is in the models table under "Service at a glance",
+never in a copy of the guide per model.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Final
 
 from markupsafe import Markup
 
-from slokit import schema
+from slokit import promql, schema
 from slokit.generate import debug_steps
-from slokit.generate.model import AlertRule, heading_anchor
-from slokit.generate.queries import Queries, union
+from slokit.generate.model import heading_anchor
+from slokit.generate.queries import Queries
 from slokit.generate.runbook.context import Context, matchers_text
 from slokit.generate.runbook.markdown import md
 from slokit.generate.runbook.model import RATE_WINDOW, Guide, Query, Step
@@ -17,32 +24,36 @@ from slokit.generate.runbook.template import prose
 from slokit.schema import Sli
 from slokit.spec import Model
 
-
-def guide(ctx: Context, rule: AlertRule) -> Guide:
-    """The debugging guide of an alert's scope (its class on its model, its model, or every model), built
-    once per scope."""
-    models = ctx.models_of(rule)
-    model = models[0] if len(models) == 1 else None
-    name = model.name if model is not None else None
-    rc = rule.request_class
-    key = (name, rc, tuple(m.name for m in models))
-    if key not in ctx.guides:
-        where = name if name is not None else ", ".join(m.name for m in models)
-        title = f"Debugging {rc} on {where}" if rc is not None else f"Debugging {where}"
-        ctx.guides[key] = Guide(title, heading_anchor(title), steps(ctx, models, name, rc))
-    return ctx.guides[key]
+GUIDE_TITLE: Final = "Debugging"
 
 
-def steps(ctx: Context, models: Sequence[Model], name: str | None, rc: str | None) -> tuple[Step, ...]:
-    """The steps of `debug_steps` that apply to the spec, in its order, for one scope."""
+# Each distinct planner curve adds an expected-decode query and a ratio; past this many the guide points at the
+# dashboard panel and the models' table instead, so the guide does not grow with a fleet of distinct models.
+MAX_CURVE_QUERIES: Final = 2
+
+
+def guide(ctx: Context) -> Guide:
+    """The fleet's one debugging guide, built once per runbook."""
+    if ctx.guide is None:
+        ctx.guide = Guide(GUIDE_TITLE, heading_anchor(GUIDE_TITLE), steps(ctx))
+    return ctx.guide
+
+
+def steps(ctx: Context) -> tuple[Step, ...]:
+    """The steps of `debug_steps` that apply to the spec, in its order."""
     build: dict[debug_steps.StepKey, Callable[[], Step]] = {
-        debug_steps.StepKey.API_SERVER: lambda: api_server_step(ctx, name, rc),
-        debug_steps.StepKey.QUEUE: lambda: queue_step(ctx, models, name, rc),
-        debug_steps.StepKey.DECODE: lambda: decode_step(ctx, models, name, rc),
-        debug_steps.StepKey.KV_CACHE: lambda: kv_step(ctx, name),
-        debug_steps.StepKey.INTERCONNECT: lambda: interconnect_step(ctx, models),
+        debug_steps.StepKey.API_SERVER: lambda: api_server_step(ctx),
+        debug_steps.StepKey.QUEUE: lambda: queue_step(ctx),
+        debug_steps.StepKey.DECODE: lambda: decode_step(ctx),
+        debug_steps.StepKey.KV_CACHE: lambda: kv_step(ctx),
+        debug_steps.StepKey.INTERCONNECT: lambda: interconnect_step(ctx),
     }
     return tuple(build[step.key]() for step in debug_steps.steps(ctx.spec))
+
+
+def _variables(ctx: Context) -> dict[str, str]:
+    """Dashboard variables of the guide's panel links: the service, and the model where the spec has one."""
+    return ctx.variables(None if ctx.placeholder else ctx.one_model, None)
 
 
 def _step(
@@ -65,10 +76,10 @@ def _step(
     )
 
 
-def api_server_step(ctx: Context, model: str | None, rc: str | None) -> Step:
+def api_server_step(ctx: Context) -> Step:
     """Step 0: the API server holds requests before the engine sees them (the frontend/engine TTFT gap)."""
     m = ctx.m
-    series = ctx.series(model, rc)
+    series = ctx.series_one()
     group = ", ".join(x for x in (m.model_label, m.class_label) if x)
     frontend, engine = m.frontend_latency[Sli.TTFT], m.latency[Sli.TTFT]
     queries = (
@@ -84,133 +95,141 @@ def api_server_step(ctx: Context, model: str | None, rc: str | None) -> Step:
     )
     healthy = prose("steps", "api_server_healthy")
     fix = prose("steps", "api_server_fix")
-    return _step(ctx, debug_steps.API_SERVER, queries, healthy, fix, ctx.variables(model, rc))
+    return _step(ctx, debug_steps.API_SERVER, queries, healthy, fix, _variables(ctx))
 
 
-def queue_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str | None) -> Step:
+def _maxima(ctx: Context) -> str:
+    """Each engine's --max-num-seqs as the queue step quotes it: by name for one model, else the models table."""
+    models = ctx.spec.models
+    if len(models) == 1:
+        return f"{models[0].name}: {models[0].max_num_seqs}"
+    return "the max-num-seqs column of the models table under Service at a glance"
+
+
+def queue_step(ctx: Context) -> Step:
     m = ctx.m
-    engines = ctx.series(model)
+    engines = ctx.series_one()
     engine = m.engine_label
-    maxima = ", ".join(f"{x.name}: {x.max_num_seqs}" for x in models)
     queries = [
         Query("Requests waiting per engine", debug_steps.waiting(ctx.spec, engines, ctx.by(engine))),
         Query("Requests running per engine", debug_steps.running(ctx.spec, engines, ctx.by(engine))),
         Query(
             "Queue time p99 (arrival to first scheduling)",
-            debug_steps.queue_time_p99(ctx.spec, ctx.series(model, rc), m.model_label or ""),
+            debug_steps.queue_time_p99(ctx.spec, engines, m.model_label or ""),
         ),
         Query(
             f"Scale-out signal (share of TTFTs over {ctx.spec.alerting.scale_out.fraction_of_slo:g}x the TTFT "
             "threshold against the share the objective allows)",
-            f"{schema.RECORD_SCALE_OUT}{{{ctx.rec(model)}}}",
+            f"{schema.RECORD_SCALE_OUT}{{{ctx.rec_one()}}}",
         ),
     ]
-    ttft = [f for x in models if (f := ctx.model_facts(x).ttft_threshold) is not None]
-    if rc is not None:
-        own = ctx.spec.request_class(rc).slos.get(Sli.TTFT) if rc in {c.name for c in ctx.spec.classes} else None
-        if own is not None and own.objective is not None:
-            ttft = [own.objective.threshold]
+    ttft = [f for x in ctx.spec.models if (f := ctx.model_facts(x).ttft_threshold) is not None]
     healthy = prose(
-        "steps", "queue_healthy", maxima=maxima, ttft=min(ttft) if ttft else None,
+        "steps", "queue_healthy", maxima=_maxima(ctx), ttft=min(ttft) if ttft else None,
         queue_share=debug_steps.QUEUE_TIME_SHARE_OF_TTFT, scale_out=ctx.spec.alerting.scale_out,
     )  # fmt: skip
     fix = prose("steps", "queue_fix", kv=ctx.m.kv_cache_usage is not None)
-    return _step(ctx, debug_steps.QUEUE, queries, healthy, fix, ctx.variables(model, rc))
+    return _step(ctx, debug_steps.QUEUE, queries, healthy, fix, _variables(ctx))
 
 
-def running_batch(ctx: Context, model: str) -> str:
-    """Mean requests running per engine of one model over the rate window: the batch decode runs at."""
+def running_batch(ctx: Context, matchers: str) -> str:
+    """Mean requests running per engine over the rate window (of the series `matchers` select): the batch decode
+    runs at."""
     engine = ctx.m.engine_label
-    return debug_steps.running_batch(ctx.spec, ctx.series(model), ctx.by(engine))
+    series = debug_steps.Series(lambda metric: f"{metric}{{{matchers}}}", RATE_WINDOW)
+    return debug_steps.running_batch(ctx.spec, series, ctx.by(engine))
+
+
+def curve_groups(ctx: Context) -> list[list[Model]]:
+    """The models the planner has a decode curve for, grouped by identical curve (one query serves a group)."""
+    groups: dict[tuple[tuple[int, float], ...], list[Model]] = {}
+    for x in ctx.spec.models:
+        curve = ctx.model_facts(x).decode_curve
+        if curve is not None:
+            groups.setdefault(tuple((p.batch, p.step_seconds) for p in curve), []).append(x)
+    return list(groups.values())
+
+
+def _group_matchers(ctx: Context, models: Sequence[Model]) -> str:
+    """Matchers on the raw series of a group of models: the scope they share and their model label values."""
+    if len(models) == 1 or ctx.m.model_label is None:
+        return ctx.raw(models[0].name)
+    q = Queries(ctx.spec)
+    scopes = {tuple(sorted(q.model_selector(x.name).items())) for x in models}
+    scope = promql.labels_matchers(dict(next(iter(scopes)))) if len(scopes) == 1 else q.common_selector()
+    return matchers_text([*scope, promql.one_of(ctx.m.model_label, [x.name for x in models])])
+
+
+def _group_series(ctx: Context, models: Sequence[Model]) -> debug_steps.Series:
+    matchers = _group_matchers(ctx, models)
+    return debug_steps.Series(lambda metric: f"{metric}{{{matchers}}}", RATE_WINDOW)
 
 
 def expected_decode(ctx: Context, models: Sequence[Model]) -> str | None:
     """Expected decode tokens/s per engine at the batch each engine is running (the planner's step time at
-    that batch), for the models the planner has a figure for; None when it has none."""
-    return debug_steps.expected_decode(
-        (curve, running_batch(ctx, x.name)) for x in models if (curve := ctx.model_facts(x).decode_curve) is not None
+    that batch), for `models` (which share one planner curve); None when the planner has no figure."""
+    curve = ctx.model_facts(models[0]).decode_curve
+    if curve is None:
+        return None
+    return debug_steps.expected_decode([(curve, running_batch(ctx, _group_matchers(ctx, models)))])
+
+
+def latency_by_engine(ctx: Context, sli: Sli, quantile: float) -> str:
+    """A per-replica percentile of the source's engine histogram of `sli`, for the model an alert names."""
+    m = ctx.m
+    return (
+        f"histogram_quantile({quantile:g}, sum by (le, {ctx.by(m.engine_label)}) "
+        f"(rate({m.latency[sli]}_bucket{{{ctx.raw_one()}}}[{RATE_WINDOW}])))"
     )
 
 
-def latency_by_engine(ctx: Context, sli: Sli, quantile: float, model: str | None, rc: str | None) -> str:
-    """A per-replica percentile of the histogram the class's SLO of `sli` reads (Spec.histogram: its own
-    `metric:` in its own unit, scaled to seconds), or of the source's engine histogram without such an SLO."""
-    m = ctx.m
-    own = None
-    if rc is not None and rc in {c.name for c in ctx.spec.classes}:
-        request_class = ctx.spec.request_class(rc)
-        if sli in request_class.slos:
-            own = request_class
-    if own is None:
-        return (
-            f"histogram_quantile({quantile:g}, sum by (le, {ctx.by(m.engine_label)}) "
-            f"(rate({m.latency[sli]}_bucket{{{ctx.raw(model, rc)}}}[{RATE_WINDOW}])))"
-        )
-    hist = ctx.spec.histogram(own, sli)
-    names = [model] if model is not None and model in own.models else list(own.models)
-    matchers = matchers_text(Queries(ctx.spec).histogram_matchers(own, sli, names))
-    labels = [hist.model_label, hist.class_label]
-    if hist.engine_label is not None:
-        if hist.engine_label == m.engine_label:
-            labels.extend(ctx.spec.alerting.replica_labels)
-        labels.append(hist.engine_label)
-    by = ", ".join(["le", *dict.fromkeys(x for x in labels if x is not None)])
-    rate = f"rate({hist.name}_bucket{{{matchers}}}[{RATE_WINDOW}])"
-    expr = f"histogram_quantile({quantile:g}, sum by ({by}) ({rate}))"
-    return expr if hist.scale == 1.0 else f"({expr}) * {hist.scale:g}"
-
-
-def decode_step(ctx: Context, models: Sequence[Model], model: str | None, rc: str | None) -> Step:
+def decode_step(ctx: Context) -> Step:
     m = ctx.m
     engine = m.engine_label
     share = debug_steps.DECODE_HEALTHY_SHARE
-    measured = debug_steps.decode_tokens(ctx.spec, ctx.series(model), ctx.by(engine))
+    measured = debug_steps.decode_tokens(ctx.spec, ctx.series_one(), ctx.by(engine))
     queries = [
         Query("Decode tokens/s per engine", measured),
         Query(
-            "Requests running per engine (mean over 5m: the batch decode runs at)",
-            union(running_batch(ctx, x.name) for x in models),
+            "Requests running per engine (mean over 5m: the batch decode runs at)", running_batch(ctx, ctx.raw_one())
         ),
     ]
-    expected = expected_decode(ctx, [x for x in models if model is None or x.name == model])
-    if expected is not None:
-        queries.append(
-            Query("Expected decode tokens/s per engine at the batch it is running (roofline planner)", expected)
-        )
-        queries.append(
-            Query(
-                f"Measured over expected at the running batch, per engine (healthy: {share:g} or more)",
-                f"{measured}\n/ on ({ctx.by(engine)})\n({expected})",
-            )
-        )
-    itl = Sli.ITL if Sli.ITL in m.latency else None
-    if itl is not None:
-        queries.append(Query("Inter-token latency p99 per engine", latency_by_engine(ctx, itl, 0.99, model, rc)))
-    healthy: list[str] = []
-    for x in models:
-        facts = ctx.model_facts(x)
-        curve = facts.decode_curve
-        if curve is not None:
-            few = next((p for p in curve if p.batch >= 8), curve[0])
-            healthy.extend(prose("steps", "decode_healthy", model=x, share=share, curve=curve, few=few))
-        else:
-            healthy.append(
-                md(
-                    "{}: the spec names no model preset and GPU, so there is no expected figure; compare "
-                    "tokens/s per running request with the same hour yesterday (`offset 1d`).",
-                    x.name,
+    groups = curve_groups(ctx)
+    if len(groups) <= MAX_CURVE_QUERIES:
+        for group in groups:
+            expected = expected_decode(ctx, group)
+            assert expected is not None
+            names = ", ".join(x.name for x in group)
+            group_measured = debug_steps.decode_tokens(ctx.spec, _group_series(ctx, group), ctx.by(engine))
+            queries.append(
+                Query(
+                    f"Expected decode tokens/s per engine of {names} at the batch it is running (roofline planner)",
+                    expected,
                 )
             )
-        if facts.itl_target is not None:
-            healthy.extend(prose("steps", "decode_itl", name=x.name, itl_target=facts.itl_target))
+            queries.append(
+                Query(
+                    f"Measured over expected at the running batch, per engine of {names} (healthy: {share:g} or more)",
+                    f"{group_measured}\n/ on ({ctx.by(engine)})\n({expected})",
+                )
+            )
+    if Sli.ITL in m.latency:
+        queries.append(Query("Inter-token latency p99 per engine", latency_by_engine(ctx, Sli.ITL, 0.99)))
+    without = [x.name for x in ctx.spec.models if ctx.model_facts(x).decode_curve is None]
+    healthy = prose(
+        "steps", "decode_healthy", share=share, curves=len(groups), queries=len(groups) <= MAX_CURVE_QUERIES,
+        without=len(without), models=len(ctx.spec.models),
+    )  # fmt: skip
+    if any(ctx.model_facts(x).itl_target is not None for x in ctx.spec.models):
+        healthy += prose("steps", "decode_itl")
     fix = prose("steps", "decode_fix", share=share)
-    return _step(ctx, debug_steps.DECODE, queries, healthy, fix, ctx.variables(model, rc))
+    return _step(ctx, debug_steps.DECODE, queries, healthy, fix, _variables(ctx))
 
 
-def kv_step(ctx: Context, model: str | None) -> Step:
+def kv_step(ctx: Context) -> Step:
     m = ctx.m
     engine = m.engine_label
-    engines, by = ctx.series(model), ctx.by(engine)
+    engines, by = ctx.series_one(), ctx.by(engine)
     queries = [
         Query(title, expr)
         for title, expr in (
@@ -228,10 +247,10 @@ def kv_step(ctx: Context, model: str | None) -> Step:
         *prose("steps", "kv_healthy"),
     )
     fix = prose("steps", "kv_fix")
-    return _step(ctx, debug_steps.KV_CACHE, queries, healthy, fix, ctx.variables(model, None))
+    return _step(ctx, debug_steps.KV_CACHE, queries, healthy, fix, _variables(ctx))
 
 
-def interconnect_step(ctx: Context, models: Sequence[Model]) -> Step:
+def interconnect_step(ctx: Context) -> Step:
     queries = (
         Query("NVLink bytes/s sent per GPU", debug_steps.gpu_bytes_rate(schema.GPU_NVLINK_TX, RATE_WINDOW)),
         Query("PCIe bytes/s received per GPU", debug_steps.gpu_bytes_rate(schema.GPU_PCIE_RX, RATE_WINDOW)),
@@ -244,10 +263,8 @@ def interconnect_step(ctx: Context, models: Sequence[Model]) -> Step:
         Query("GPU sidecar reading the GPU (1) or not (0)", debug_steps.gpu_max(schema.GPU_UP)),
     )
     healthy = list(prose("steps", "interconnect_healthy"))
-    for x in models:
-        facts = ctx.model_facts(x)
-        if facts.hbm_bandwidth is not None:
-            healthy.extend(prose("steps", "interconnect_hbm", model=x, hbm_bandwidth=facts.hbm_bandwidth))
+    if any(ctx.model_facts(x).hbm_bandwidth is not None for x in ctx.spec.models):
+        healthy.extend(prose("steps", "interconnect_hbm"))
     healthy.extend(prose("steps", "interconnect_sidecar"))
     fix = (
         *prose("steps", "interconnect_xid_fix"),

@@ -64,10 +64,11 @@ def render_template(**context: Any) -> str:
 def prose(template: str, macro: str, **values: Any) -> tuple[str, ...]:
     """The paragraphs of one macro of a prose template (`templates/<template>.md.j2`), as plain text.
 
-    Paragraphs are separated by a blank line; the line breaks inside one are spaces, so a sentence can be wrapped
-    in the template freely. Values are not escaped here: the runbook template escapes each paragraph when it
-    renders it, as it escapes every other value.
+    Paragraphs are separated by a blank line (empty ones, left by a condition that held nothing, are dropped); the
+    line breaks inside one are spaces, so a sentence can be wrapped in the template freely. Values are not escaped
+    here: the runbook template escapes each paragraph when it renders it, as it escapes every other value.
     """
     module = _environment(escape=False).get_template(f"{template}.md.j2").module
     text = str(getattr(module, macro)(**values))
-    return tuple(_WHITESPACE.sub(" ", paragraph.strip("\n")) for paragraph in _PARAGRAPH_BREAK.split(text))
+    paragraphs = (_WHITESPACE.sub(" ", paragraph.strip("\n")) for paragraph in _PARAGRAPH_BREAK.split(text))
+    return tuple(paragraph for paragraph in paragraphs if paragraph.strip())

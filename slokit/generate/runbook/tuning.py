@@ -4,50 +4,35 @@ from __future__ import annotations
 
 from slokit import schema
 from slokit.generate.runbook.context import Context
-from slokit.generate.runbook.markdown import md
 from slokit.generate.runbook.model import RATE_WINDOW, Query, Tuning
 from slokit.generate.runbook.template import prose
 from slokit.schema import Sli
 
 
 def _batch_size(ctx: Context) -> Tuning:
-    """The largest --max-num-seqs whose ITL stays within target: the planner's figure per model where it has one,
-    `slokit probe` where it has none, and the queries that show the new maximum holds."""
+    """The largest --max-num-seqs whose ITL stays within target: the planner's figure per model is in the models
+    table, `slokit probe` finds it where the planner has none, and the queries (for the model being tuned) show the
+    new maximum holds."""
     m = ctx.m
     engine = m.engine_label
-    advice: list[str] = []
+    facts = [ctx.model_facts(x) for x in ctx.spec.models]
+    planned = sum(1 for f in facts if f.max_batch is not None and f.itl_target is not None)
+    advice = list(prose("tuning", "batch_planned", planned=planned, unplanned=len(facts) - planned))
     queries: list[Query] = []
-    for x in ctx.spec.models:
-        facts = ctx.model_facts(x)
-        if facts.max_batch is not None and facts.itl_target is not None:
-            advice.extend(
-                prose(
-                    "tuning", "batch_planned", name=x.name, itl_target=facts.itl_target, max_batch=facts.max_batch,
-                    batch_cap=facts.batch_cap, max_num_seqs=x.max_num_seqs,
-                )
-            )  # fmt: skip
-        else:
-            advice.append(
-                md(
-                    "{}: no planner figure (no preset, GPU or ITL objective); find it with `slokit probe`: "
-                    "raise concurrency until p99 ITL reaches the target.",
-                    x.name,
-                )
-            )
-        if Sli.ITL in m.latency:  # TGI has no inter-token histogram
-            queries.append(
-                Query(
-                    f"{x.name}: p99 ITL per engine",
-                    f"histogram_quantile(0.99, sum by (le, {ctx.by(engine)}) (rate({m.latency[Sli.ITL]}_bucket"
-                    f"{{{ctx.raw(x.name)}}}[{RATE_WINDOW}])))",
-                )
-            )
+    if Sli.ITL in m.latency:  # TGI has no inter-token histogram
         queries.append(
             Query(
-                f"{x.name}: the most requests running per engine over the last hour",
-                f"max by ({ctx.by(engine)}) (max_over_time({m.requests_running}{{{ctx.raw(x.name)}}}[1h]))",
+                "p99 ITL per engine",
+                f"histogram_quantile(0.99, sum by (le, {ctx.by(engine)}) (rate({m.latency[Sli.ITL]}_bucket"
+                f"{{{ctx.raw_one()}}}[{RATE_WINDOW}])))",
             )
         )
+    queries.append(
+        Query(
+            "The most requests running per engine over the last hour",
+            f"max by ({ctx.by(engine)}) (max_over_time({m.requests_running}{{{ctx.raw_one()}}}[1h]))",
+        )
+    )
     advice.extend(prose("tuning", "batch_set"))
     return Tuning("Largest max batch size that keeps p99 ITL within target", tuple(advice), tuple(queries))
 
@@ -105,11 +90,7 @@ def _fp8(ctx: Context) -> Tuning:
     """FP8 weights or KV cache, with the planner's larger batch per model where it can estimate one."""
     m = ctx.m
     engine = m.engine_label
-    larger = [
-        (x.name, facts.fp8_kv_max_batch, facts.max_batch)
-        for x in ctx.spec.models
-        if (facts := ctx.model_facts(x)).fp8_kv_max_batch is not None
-    ]
+    larger = sum(1 for x in ctx.spec.models if ctx.model_facts(x).fp8_kv_max_batch is not None)
     queries = [
         Query(
             "Decode tokens/s per engine",
