@@ -23,9 +23,10 @@ from slokit import schema
 from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, Member, heading_anchor
 from slokit.generate.once import once
-from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, one_of, rename_label as rename, selector
+from slokit.promql import INF_MATCHER, Matcher, eq, le_matcher, number, one_of, selector
 from slokit.promql import quote as promql_quote
-from slokit.schema import SLI_TITLES, Sli
+from slokit.promql import rename_label as rename
+from slokit.schema import Sli
 from slokit.spec import PERCENTILES, BurnRateWindow, RequestClass, Spec, TierCell
 from slokit.units import format_duration, prom_duration
 
@@ -380,7 +381,9 @@ def _burn_alerts(b: _Builder) -> None:
             assert objective is not None
             params = {"factor": tier.factor, "error_ratio": tier.threshold, "error_budget": tier.error_budget,
                       "objective": objective.target_ratio, "threshold": objective.threshold}  # fmt: skip
-            members += [Member(model, tier.request_class, tier.sli, params) for model in rc_of[tier.request_class].models]
+            members += [
+                Member(model, tier.request_class, tier.sli, params) for model in rc_of[tier.request_class].models
+            ]
         factors = sorted({t.factor for t in tiers})
         if adapted:
             spends = (
@@ -473,8 +476,13 @@ def _tier_alerts(b: _Builder) -> None:
                 f"threshold is in the runbook), for {format_duration(spec.alerting.tier_for)}, with at least "
                 f"{spec.alerting.min_requests} requests in the window."
             )
-            condition: dict[str, float | str] = {"tier": cell.tier, "percentile": cell.percentile, "quantile": q,
-                                                 "window": BASE_SECONDS, "min_requests": spec.alerting.min_requests}  # fmt: skip
+            condition: dict[str, float | str] = {
+                "tier": cell.tier,
+                "percentile": cell.percentile,
+                "quantile": q,
+                "window": BASE_SECONDS,
+                "min_requests": spec.alerting.min_requests,
+            }
             b.add(
                 name, AlertKind.TIER, expr, spec.alerting.tier_for, severity, description,
                 f"{cell.percentile} above {cell.tier}", members=members, condition=condition,
@@ -643,7 +651,7 @@ def _consistency_alerts(b: _Builder) -> None:
     lower = _recorded(spec, schema.RECORD_CONSISTENCY_LOWER)
     expr = f"{lower}\n> {ON_PARAMS}\n{_recorded(spec, schema.RECORD_CONSISTENCY_LIMIT)}"
     description = (
-        f"p99 {SLO_TEXT} of {WHO} is at least {{{{ $value | printf \"%.2f\" }}}}x its p50 over the last 5m (a lower "
+        f'p99 {SLO_TEXT} of {WHO} is at least {{{{ $value | printf "%.2f" }}}}x its p50 over the last 5m (a lower '
         "bound from bucket edges), above the class's consistency limit (in the runbook)."
     )
     b.add(NAME_CONSISTENCY, AlertKind.CONSISTENCY, expr, spec.alerting.tier_for, "ticket", description,
@@ -713,8 +721,8 @@ def _presence(spec: Spec, models: Sequence[str], wrap: str) -> str:
         kept = tuple(m for m in matchers if label is None or m[0] != label)
         groups.setdefault((metric, kept, label), []).append(model)
     terms = []
-    for (metric, matchers, label), group in groups.items():
-        inner = wrap.format(selector(metric, list(matchers)))
+    for (metric, kept_matchers, label), group in groups.items():
+        inner = wrap.format(selector(metric, list(kept_matchers)))
         if label is None:  # no model label (TGI, a custom histogram without one): one model per scope
             terms += [
                 f'label_replace(group({inner}), "{schema.RULE_LABEL_MODEL}", {promql_quote(model)}, "", "")'
@@ -737,9 +745,9 @@ def _absent_alerts(b: _Builder) -> None:
         f"unless on ({schema.RULE_LABEL_MODEL})\n(\n{_presence(spec, models, '{}')}\n)"
     )
     description = (
-        f"No latency series (the `_count` of its first SLO histogram, named in the runbook) for {{{{ $labels.model }}}} "
-        f"for {format_duration(ABSENT_FOR)}: every engine is down, not scraped, or not exporting. The SLO cannot be "
-        "measured and no other slokit alert can fire for it."
+        "No latency series (the `_count` of its first SLO histogram, named in the runbook) for "
+        f"{{{{ $labels.model }}}} for {format_duration(ABSENT_FOR)}: every engine is down, not scraped, or not "
+        "exporting. The SLO cannot be measured and no other slokit alert can fire for it."
     )
     b.add(NAME_ABSENT, AlertKind.ABSENT, expr, ABSENT_FOR, "ticket", description, "",
           members=[Member(m) for m in models], keep_firing=False)  # fmt: skip

@@ -27,13 +27,13 @@ from typing import Any, Final
 
 from slokit import schema
 from slokit.generate.promtool_tests import (
-    tested_of,
     _failure_series,
     _histogram_labels,
     _le_text,
     _piecewise,
     _replica,
     record_windows,
+    tested_of,
 )
 from slokit.generate.rules import BASE_WINDOW, TILE_LOOKBACK, TILE_SEEN, rule_groups, rules_path
 from slokit.promql import selector

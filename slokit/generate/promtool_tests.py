@@ -802,6 +802,36 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     ]  # fmt: skip
 
 
+def _parameter_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """The parameter series the alerts join with hold the numbers the alerts carry as values (each member's burn
+    factor, consistency limit, objective and max_num_seqs): a renderer that writes another number fails here."""
+    samples: dict[str, float] = {}
+    for r in all_rules:
+        labels = {schema.RULE_LABEL_SERVICE: spec.service, **r.series_labels()}
+        model = labels.pop(schema.RULE_LABEL_MODEL, "")
+        if r.kind is AlertKind.BURN_RATE:
+            factor = {**labels, schema.RULE_LABEL_LONG: r.labels[schema.RULE_LABEL_LONG],
+                      schema.RULE_LABEL_SHORT: r.labels[schema.RULE_LABEL_SHORT],
+                      schema.ALERT_LABEL_SEVERITY: r.labels[schema.ALERT_LABEL_SEVERITY]}  # fmt: skip
+            samples[selector(schema.RECORD_BURN_THRESHOLD, sorted((k, "=", v) for k, v in factor.items()))] = r.params[
+                "factor"
+            ]
+            objective = sorted((k, "=", v) for k, v in labels.items())
+            samples[selector(schema.RECORD_OBJECTIVE, objective)] = r.params["objective"]
+        elif r.kind is AlertKind.CONSISTENCY:
+            limit = sorted((k, "=", v) for k, v in labels.items())
+            samples[selector(schema.RECORD_CONSISTENCY_LIMIT, limit)] = r.params["limit"]
+        elif r.kind is AlertKind.QUEUE_OVERLOAD and schema.RULE_LABEL_CAUSE not in r.labels:
+            seqs = [(schema.RULE_LABEL_MODEL, "=", model), (schema.RULE_LABEL_SERVICE, "=", spec.service)]
+            samples[selector(schema.RECORD_MAX_NUM_SEQS, seqs)] = r.params["max_num_seqs"]
+    if not samples:
+        return []
+    tests = [{"expr": series, "eval_time": "1m", "exp_samples": [{"labels": series, "value": value}]}
+             for series, value in sorted(samples.items())]  # fmt: skip
+    return [{"name": "parameters: the series the alerts join with hold each alert's own values", "interval": "1m",
+             "input_series": [{"series": 'up{job="elsewhere"}', "values": "1x2"}], "promql_expr_test": tests}]  # fmt: skip
+
+
 def unit_tests(spec: Spec) -> dict[str, Any]:
     """The promtool test file for one spec's rule file (which sits beside it in rules/)."""
     all_rules = alerts_mod.alert_instances(spec, tested_models(spec))
@@ -814,7 +844,7 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
             *_restart_groups(spec, all_rules), *_engine_groups(spec, all_rules),
             *_engine_boundary_groups(spec, all_rules), *_consistency_groups(spec, all_rules),
             *_absent_groups(spec, all_rules), *_exporter_gone_groups(spec, all_rules),
-            *_failure_groups(spec, all_rules),
+            *_failure_groups(spec, all_rules), *_parameter_groups(spec, all_rules),
         ]  # fmt: skip
     finally:
         _STEP.reset(token)

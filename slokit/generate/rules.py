@@ -468,7 +468,9 @@ def parameter_rules(spec: Spec) -> list[RecordingRule]:
     """The alerts' per-SLO parameters and per-model facts as constant series (see alerts.py): objectives, burn
     factors per tier, consistency limits, each model's --max-num-seqs and whether a class uses it."""
     rules = _objective_rules(spec)
-    rules += [_constant(schema.RECORD_BURN_THRESHOLD, labels, factor) for labels, factor in alerts.burn_thresholds(spec)]
+    rules += [
+        _constant(schema.RECORD_BURN_THRESHOLD, labels, factor) for labels, factor in alerts.burn_thresholds(spec)
+    ]
     rules += [_constant(schema.RECORD_CONSISTENCY_LIMIT, labels, limit)
               for labels, limit in alerts.consistency_limits(spec)]  # fmt: skip
     served = set(alerts.served_models(spec))
@@ -690,10 +692,7 @@ def _window_rules(spec: Spec, plan: WindowPlan) -> list[RecordingRule]:
     ratio = f"clamp_min({total} - ({good} or {total} * 0), 0) / ({total} > 0)\nor\n{total} * 0"
     rules.append(RecordingRule(schema.record_error_ratio(window), ratio))
     objective = selector(schema.RECORD_OBJECTIVE, [_service(spec)])
-    burn = (
-        f"{selector(schema.record_error_ratio(window), [_service(spec)])}\n"
-        f"/ {ON_OBJECTIVE} (1 - {objective})"
-    )
+    burn = f"{selector(schema.record_error_ratio(window), [_service(spec)])}\n/ {ON_OBJECTIVE} (1 - {objective})"
     rules.append(RecordingRule(schema.record_burn_rate(window), burn))
     return rules
 
@@ -977,16 +976,29 @@ def prometheus_rule(spec: Spec, groups: list[RuleGroup]) -> dict[str, Any]:
     }
 
 
-def files(spec: Spec, engine: Engine = DEFAULT) -> dict[str, Any]:
-    """The rule file and the PrometheusRule object for one spec.
+def vm_rule(spec: Spec, groups: list[RuleGroup]) -> dict[str, Any]:
+    """The `--engine victoriametrics` groups as a VictoriaMetrics operator VMRule (operator.victoriametrics.com/v1beta1).
 
-    Mimir's file is a `mimirtool rules load` file: its namespace on top. The PrometheusRule carries the same groups
-    (VictoriaMetrics' operator converts PrometheusRule objects to VMRule ones).
+    Not a PrometheusRule: that CRD has no group `params`, so an apply would refuse or prune the `nocache` the vmalert
+    timing needs, and a Prometheus selecting PrometheusRules would load MetricsQL it cannot evaluate. The VMRule
+    type (api/operator/v1beta1/vmrule_types.go) takes the groups as vmalert reads them: name, interval, params, rules.
+    """
+    return {**prometheus_rule(spec, groups), "apiVersion": "operator.victoriametrics.com/v1beta1", "kind": "VMRule"}
+
+
+def files(spec: Spec, engine: Engine = DEFAULT) -> dict[str, Any]:
+    """The rule file and its Kubernetes object for one spec.
+
+    Mimir's file is a `mimirtool rules load` file: its namespace on top. The object carries the same groups: a
+    PrometheusRule (`exporters/<service>.prometheusrule.yaml`), or for vmalert a VMRule
+    (`exporters/<service>.vmrule.yaml`, `vm_rule`).
     """
     groups = rule_groups(spec, engine)
     data: dict[str, Any] = {"groups": [g.to_data() for g in groups]}
     if engine is Engine.MIMIR:
         data = {"namespace": mimir_namespace(spec.service), **data}
+    if engine is Engine.VICTORIAMETRICS:
+        return {rules_path(spec): data, f"exporters/{spec.service}.vmrule.yaml": vm_rule(spec, groups)}
     return {
         rules_path(spec): data,
         f"exporters/{spec.service}.prometheusrule.yaml": prometheus_rule(spec, groups),

@@ -1,0 +1,132 @@
+"""A fleet, not a service: what slokit writes grows with the spec's shapes, not with the number of models.
+
+Two specs of the same shape with 4 and 32 models (source slokit with every model serving every class, source vllm
+with the classes spread over the models) are generated side by side: the larger one may have at most 1.25x the alert
+rules and 2x the rules bytes, runbook lines and generated-test bytes. On the 32-model fleet, a real promtool runs
+the generated rules over every model's raw series: healthy, nothing fires; one model's requests all slow, its
+pages fire and no other model's do.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from slokit.fleet import fleet_spec_yaml, model_names
+from slokit.generate import alerts, generate_all, promtool_tests
+from slokit.generate.rules import rule_groups
+from slokit.spec import Spec, load_spec_text
+
+
+def _spec(models: int, source: str) -> Spec:
+    return load_spec_text(fleet_spec_yaml(models, source), f"fleet-{source}-{models}.yaml")
+
+
+def _sizes(spec: Spec) -> dict[str, float]:
+    files = generate_all([spec])
+    rules = files[f"rules/{spec.service}.rules.yaml"]
+    data = yaml.safe_load(rules)
+    return {
+        "alert rules": sum(1 for g in data["groups"] for r in g["rules"] if "alert" in r),
+        "rules bytes": len(rules.encode()),
+        "runbook lines": len(files[f"runbooks/{spec.service}.md"].splitlines()),
+        "test bytes": sum(len(text.encode()) for path, text in files.items() if path.endswith(".test.yaml")),
+    }
+
+
+@pytest.mark.parametrize("source", ["slokit", "vllm"])
+def test_32_models_write_about_what_4_models_write(source: str) -> None:
+    small = _sizes(_spec(4, source))
+    large = _sizes(_spec(32, source))
+    limits = {"alert rules": 1.25, "rules bytes": 2.0, "runbook lines": 2.0, "test bytes": 2.0}
+    ratios = {k: large[k] / small[k] for k in limits}
+    assert all(ratios[k] <= limits[k] for k in limits), (source, ratios, small, large)
+
+
+def test_every_rule_covers_every_model_of_its_classes() -> None:
+    """Rules are written once: each burn-rate rule's members are every model of every class it covers."""
+    spec = _spec(32, "slokit")
+    burn = [r for r in alerts.alert_rules(spec) if r.name == alerts.NAME_BURN]
+    assert burn
+    for rule in burn:
+        assert "model" not in rule.labels and rule.model is None
+        models = {m.model for m in rule.members}
+        assert models == set(model_names(32)), rule.title
+
+
+def _healthy_and_outage_tests(spec: Spec, broken: str, minutes: int) -> dict[str, Any]:
+    """One promtool group with every model's raw series: all healthy, except `broken`, whose requests are all
+    slower than every threshold; and one with every model healthy.
+
+    The series hold only the buckets the alerts decide on (every alerting threshold, the scale-out boundary) and
+    +Inf: promtool's test engine refuses a query that loads more than 10,000 samples, which every bucket of 32
+    models would (Prometheus itself allows 50 million). Healthy requests sit in the lowest of them, at or under
+    every threshold."""
+    healthy_inputs: list[dict[str, str]] = []
+    outage_inputs: list[dict[str, str]] = []
+    for rc in spec.classes:
+        for sli in rc.slos:
+            bounds = sorted(set(promtool_tests._alerting_thresholds(spec, rc, sli)))
+            good = promtool_tests.Scenario({0: 1.0})
+            for model in rc.models:
+                series, _ = promtool_tests._histogram_inputs(spec, model, rc, sli, good, minutes, bounds=bounds)
+                healthy_inputs += series
+                slow = promtool_tests.Scenario({}) if model == broken else good
+                series, _ = promtool_tests._histogram_inputs(spec, model, rc, sli, slow, minutes, bounds=bounds)
+                outage_inputs += series
+    for rc in spec.classes:
+        for model in rc.models:
+            request = promtool_tests._requests_input(spec, model, rc, promtool_tests.RPM, minutes)
+            healthy_inputs.append(request)
+            outage_inputs.append(request)
+    end = f"{minutes - 2}m"
+    pages = 'group by (model) (ALERTS{alertstate="firing",severity="%s"})' % spec.alerting.severity.page
+    anything = 'group by (alertname) (ALERTS{alertstate="firing"})'
+    return {
+        "rule_files": [f"{spec.service}.rules.yaml"],
+        "evaluation_interval": "1m",
+        "group_eval_order": [g["name"] for g in _groups(spec)],
+        "tests": [
+            {
+                "name": "a healthy fleet is quiet",
+                "interval": "1m",
+                "input_series": healthy_inputs,
+                "promql_expr_test": [{"expr": anything, "eval_time": end, "exp_samples": []}],
+            },
+            {
+                "name": f"an outage of {broken} pages for {broken} alone",
+                "interval": "1m",
+                "input_series": outage_inputs,
+                "promql_expr_test": [
+                    {"expr": pages, "eval_time": end, "exp_samples": [{"labels": f'{{model="{broken}"}}', "value": 1}]}
+                ],
+            },
+        ],
+    }
+
+
+def _groups(spec: Spec) -> list[dict[str, Any]]:
+    return [g.to_data() for g in rule_groups(spec)]
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("source", ["slokit", "vllm"])
+def test_one_model_outage_pages_for_that_model_alone_on_a_32_model_fleet(
+    source: str, tmp_path: Path, promtool_path: str
+) -> None:
+    spec = _spec(32, source)
+    fastest = max(promtool_tests.fires_at(r) for r in alerts.alert_instances(spec, [spec.models[5].name])
+                  if r.labels.get("severity") == spec.alerting.severity.page and r.kind.value == "burn_rate")  # fmt: skip
+    minutes = math.ceil(fastest / 60) + 6
+    (tmp_path / f"{spec.service}.rules.yaml").write_text(yaml.safe_dump({"groups": _groups(spec)}, sort_keys=False))
+    tests = _healthy_and_outage_tests(spec, spec.models[5].name, minutes)
+    (tmp_path / "fleet.test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False, width=10**6))
+    done = subprocess.run(
+        [promtool_path, "test", "rules", "fleet.test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
