@@ -102,10 +102,10 @@ def test_expected_alerts_are_the_pages_on_the_class_ttft_slo() -> None:
 
 
 def test_expected_alerts_exist_for_the_bundled_demo_spec() -> None:
-    from slokit.generate.alerts import alert_rules
+    from slokit.generate.alerts import alert_instances
 
     spec = load_demo_spec(DEMO_SPEC)
-    found = expected_alerts(alert_rules(spec), spec, "chat")
+    found = expected_alerts(alert_instances(spec), spec, "chat")
     assert {r.kind for r in found} == {AlertKind.TIER, AlertKind.BURN_RATE}
     assert all(r.annotations["runbook_url"].endswith("#" + r.anchor) for r in found)
 

@@ -119,7 +119,7 @@ def test_a_page_tier_that_cannot_fire_is_adapted_not_dropped() -> None:
     assert [(t.request_class, t.sli.value, t.spec_window.long) for t in adapted] == [("batch", "ttft", 3600)]
     tier = adapted[0]
     assert tier.threshold < 1 and tier.window.long < 3600
-    burn = [a for a in alerts.alert_rules(spec) if a.name == alerts.NAME_BURN and a.sli is not None]
+    burn = [a for a in alerts.alert_instances(spec) if a.name == alerts.NAME_BURN and a.sli is not None]
     assert not [a for a in burn if a.sli.value == "ttft" and a.labels["long"] == "1h"]
     assert [a for a in burn if a.sli.value == "ttft" and a.labels["long"] == prom_duration(tier.window.long)]
     tests = promtool_tests.unit_tests(spec)
@@ -179,9 +179,9 @@ def test_victoriametrics_alert_critical_chains_are_one_record_deep(spec: Spec) -
                     continue
             elif not rule.record.startswith(_SLI_RECORDS):
                 continue
-            # Raw buckets, records at an offset (written long before) and the constant objective only.
+            # Raw buckets, records at an offset (written long before) and the constant parameters only.
             for name, _, offset in _RECORDED.findall(rule.expr):
-                assert offset or name == schema.RECORD_OBJECTIVE, (rule, name)
+                assert offset or name in (schema.RECORD_OBJECTIVE, schema.RECORD_BURN_THRESHOLD), (rule, name)
             checked += 1
     assert checked > 10
     records = {r.record: r for g in groups for r in g.rules if isinstance(r, RecordingRule)}

@@ -56,7 +56,7 @@ from slokit.demo.stack import Stack, StackStarter, pid_alive, port_open, signals
 from slokit.demo.traffic import BackgroundLoad, LoadLevel
 from slokit.distributions import parse_distribution
 from slokit.generate import generate_all
-from slokit.generate.alerts import alert_rules
+from slokit.generate.alerts import alert_instances
 from slokit.generate.model import AlertRule
 from slokit.generate.writer import write_files
 from slokit.local.procs import StartError
@@ -425,8 +425,9 @@ class _Story:
 
 
 def _alert_rules(spec: Spec) -> list[AlertRule]:
-    """The generated alerts the demo expects to see fire."""
-    return list(alert_rules(spec))
+    """The generated alerts the demo may see fire, one per model, class and SLO each rule covers (its instances:
+    what the alert fires as, with the labels it gets from the series)."""
+    return alert_instances(spec)
 
 
 def run_demo(config: DemoConfig, reporter: Reporter) -> DemoResult:
