@@ -85,7 +85,8 @@ def _healthy_and_outage_tests(spec: Spec, broken: str, minutes: int) -> dict[str
             healthy_inputs.append(request)
             outage_inputs.append(request)
     end = f"{minutes - 2}m"
-    pages = 'group by (model) (ALERTS{alertstate="firing",severity="%s"})' % spec.alerting.severity.page
+    severity = spec.alerting.severity.page
+    pages = f'group by (model) (ALERTS{{alertstate="firing",severity="{severity}"}})'
     anything = 'group by (alertname) (ALERTS{alertstate="firing"})'
     return {
         "rule_files": [f"{spec.service}.rules.yaml"],
@@ -120,8 +121,12 @@ def test_one_model_outage_pages_for_that_model_alone_on_a_32_model_fleet(
     source: str, tmp_path: Path, promtool_path: str
 ) -> None:
     spec = _spec(32, source)
-    fastest = max(promtool_tests.fires_at(r) for r in alerts.alert_instances(spec, [spec.models[5].name])
-                  if r.labels.get("severity") == spec.alerting.severity.page and r.kind.value == "burn_rate")  # fmt: skip
+    pages = [
+        r
+        for r in alerts.alert_instances(spec, [spec.models[5].name])
+        if r.labels.get("severity") == spec.alerting.severity.page and r.kind.value == "burn_rate"
+    ]
+    fastest = max(promtool_tests.fires_at(r) for r in pages)
     minutes = math.ceil(fastest / 60) + 6
     (tmp_path / f"{spec.service}.rules.yaml").write_text(yaml.safe_dump({"groups": _groups(spec)}, sort_keys=False))
     tests = _healthy_and_outage_tests(spec, spec.models[5].name, minutes)
@@ -130,3 +135,31 @@ def test_one_model_outage_pages_for_that_model_alone_on_a_32_model_fleet(
         [promtool_path, "test", "rules", "fleet.test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_generation_says_what_it_does_once_it_takes_more_than_a_few_seconds() -> None:
+    from slokit.generate import QUIET_FOR_S, Progress
+
+    said: list[str] = []
+    now = [0.0]
+    progress = Progress(said.append, clock=lambda: now[0])
+    progress.step("fleet", "rules and alerts")
+    assert said == []  # a small spec prints nothing
+    now[0] = QUIET_FOR_S + 0.5
+    progress.step("fleet", "promtool tests")
+    assert said == [f"generating fleet: promtool tests done ({QUIET_FOR_S + 0.5:.1f}s)"]
+
+
+def test_generate_all_reports_each_part_of_each_spec_once_past_the_quiet_time() -> None:
+    lines: list[str] = []
+    import slokit.generate as generate
+
+    original = generate.QUIET_FOR_S
+    generate.QUIET_FOR_S = 0.0
+    try:
+        generate_all([_spec(4, "vllm")], progress=lines.append)
+    finally:
+        generate.QUIET_FOR_S = original
+    parts = [line.split(": ", 1)[1].split(" done")[0] for line in lines]
+    assert parts == ["rules and alerts", "promtool tests", "counters tests", "dashboards", "runbook",
+                     "Kubernetes objects", "Alertmanager routing"]  # fmt: skip

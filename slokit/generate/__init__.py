@@ -7,9 +7,10 @@ hands the data to the one writer for serialisation.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from slokit.generate import alertmanager, counter_tests, dashboards, k8s, promtool_tests, rules, runbook
 from slokit.generate.engines import DEFAULT, Engine
@@ -44,8 +45,39 @@ def _generators(engine: Engine) -> tuple[Generator, ...]:
     )
 
 
-def generate_all(specs: Iterable[Spec], engine: Engine = DEFAULT) -> dict[str, str]:
-    """Every generated file for every spec: relative path -> file content (rules in `engine`'s form)."""
+# Progress lines start once generation has taken this long: a small spec prints none, a fleet of hundreds of
+# classes says what it is doing instead of sitting silent.
+QUIET_FOR_S: Final = 2.0
+
+
+class Progress:
+    """Says which spec and which part is being generated, once the work has taken longer than QUIET_FOR_S."""
+
+    def __init__(self, say: Callable[[str], None] | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.say = say
+        self.clock = clock
+        self.start = clock()
+
+    def step(self, service: str, part: str) -> None:
+        """Report that `part` of `service` is done, with the time since generation started."""
+        elapsed = self.clock() - self.start
+        if self.say is not None and elapsed >= QUIET_FOR_S:
+            self.say(f"generating {service}: {part} done ({elapsed:.1f}s)")
+
+
+def _part(generator: Generator) -> str:
+    names = dict(zip(GENERATORS, ("rules and alerts", "promtool tests", "counters tests", "dashboards", "runbook",
+                                  "Kubernetes objects", "Alertmanager routing"), strict=True))  # fmt: skip
+    return names.get(generator, "rules and alerts")  # an engine's own rules.files (see _generators)
+
+
+def generate_all(
+    specs: Iterable[Spec], engine: Engine = DEFAULT, progress: Callable[[str], None] | None = None
+) -> dict[str, str]:
+    """Every generated file for every spec: relative path -> file content (rules in `engine`'s form).
+
+    `progress` receives a line per finished part once the work has taken more than a few seconds."""
+    tracker = Progress(progress)
     out: dict[str, str] = {}
     owners: dict[str, str] = {}
     data_by_path: dict[str, Any] = {}
@@ -67,4 +99,5 @@ def generate_all(specs: Iterable[Spec], engine: Engine = DEFAULT) -> dict[str, s
                     continue
                 data_by_path[relative] = data
                 out[relative] = render(relative, data, spec_name)
+            tracker.step(spec.service, _part(generator))
     return out
