@@ -1,0 +1,105 @@
+"""Fleet scale: what `slokit generate` writes and how long it and the generated tests take, 4 models against 32.
+
+Two specs of one shape (slokit.fleet: four classes modelled on examples/assistant.yaml) with 4 and 32 models, for
+each source (slokit: every model serves every class; vllm: the classes spread over the models), side by side in one
+run, repeated: alert rules, rules bytes, runbook lines and generated-test bytes (counted once; they do not vary), and
+the wall time of `slokit generate` (promtool checks included) and of `promtool test rules` on the generated tests,
+each run `--repeat` times alternating the two sizes. Prints each figure for both sizes and the 32/4 ratio (min,
+median and max of the times), and one spec of `--big` models x 10 classes once (generate and its tests).
+
+Run: .venv/bin/python bench/fleet.py [--repeat 3] [--big 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from slokit.fleet import fleet_spec_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOKIT = str(ROOT / ".venv" / "bin" / "slokit")
+
+
+def _generate(spec: Path, out: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run([SLOKIT, "generate", str(spec), "-o", str(out)], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def _promtool(out: Path) -> float:
+    start = time.perf_counter()
+    for test in sorted((out / "rules").glob("*.test.yaml")):
+        done = subprocess.run(["promtool", "test", "rules", test.name], cwd=out / "rules", capture_output=True,
+                              text=True)  # fmt: skip
+        if done.returncode != 0:
+            sys.exit(f"promtool test rules {test} failed:\n{done.stdout[-2000:]}")
+    return time.perf_counter() - start
+
+
+def _sizes(out: Path) -> dict[str, float]:
+    rules = next((out / "rules").glob("*.rules.yaml"))
+    data = yaml.safe_load(rules.read_text())
+    return {
+        "alert rules": sum(1 for g in data["groups"] for r in g["rules"] if "alert" in r),
+        "rules bytes": rules.stat().st_size,
+        "runbook lines": len(next((out / "runbooks").glob("*.md")).read_text().splitlines()),
+        "test bytes": sum(p.stat().st_size for p in (out / "rules").glob("*.test.yaml")),
+    }
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each size, alternating (default 3)")
+    parser.add_argument("--big", type=int, default=100, help="models of the one large spec, 10 classes (0: none)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for source in ("slokit", "vllm"):
+            specs = {n: root / f"{source}-{n}.yaml" for n in (4, 32)}
+            for n, path in specs.items():
+                path.write_text(fleet_spec_yaml(n, source))
+            times: dict[int, dict[str, list[float]]] = {n: {"generate": [], "promtool": []} for n in specs}
+            sizes: dict[int, dict[str, float]] = {}
+            for run in range(args.repeat):
+                for n, path in specs.items():
+                    out = root / f"out-{source}-{n}-{run}"
+                    times[n]["generate"].append(_generate(path, out))
+                    times[n]["promtool"].append(_promtool(out))
+                    sizes[n] = _sizes(out)
+            print(f"source {source}: 4 models | 32 models | 32/4")
+            for key in sizes[4]:
+                ratio = sizes[32][key] / sizes[4][key]
+                print(f"  {key:14} {sizes[4][key]:>12,.0f} | {sizes[32][key]:>12,.0f} | {ratio:.2f}x")
+            for key in ("generate", "promtool"):
+                ratios = [b / a for a, b in zip(times[4][key], times[32][key], strict=True)]
+                spread = f"{_spread(times[4][key]):>12} | {_spread(times[32][key]):>12}"
+                print(f"  {key + ' s':14} {spread} | {min(ratios):.2f}x to {max(ratios):.2f}x "
+                      f"(min / median / max s over {args.repeat} runs)")  # fmt: skip
+        if args.big:
+            path = root / "big.yaml"
+            path.write_text(fleet_spec_yaml(args.big, "slokit", classes=10))
+            out = root / "out-big"
+            generate_s = _generate(path, out)
+            promtool_s = _promtool(out)
+            big = _sizes(out)
+            print(f"{args.big} models x 10 classes (slokit): generate {generate_s:.1f}s (promtool check included), "
+                  f"generated tests {promtool_s:.1f}s; {big['alert rules']:.0f} alert rules, "
+                  f"{big['rules bytes']:,.0f} rules bytes, {big['runbook lines']:,.0f} runbook lines, "
+                  f"{big['test bytes']:,.0f} test bytes")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
