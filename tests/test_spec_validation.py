@@ -425,3 +425,13 @@ def test_pages_and_tickets_need_different_receivers() -> None:
     issue = only_issue(MINIMAL + "alerting:\n  receivers: {page: oncall, ticket: oncall}\n")
     assert issue.field == "alerting.receivers.ticket" and "different receivers" in issue.message, str(issue)
     assert "'oncall'" in issue.message and issue.location.line == 11
+
+
+def test_replica_labels_the_selector_pins_cannot_tell_replicas_apart() -> None:
+    pinned = MINIMAL + "selector: {namespace: prod}\nalerting:\n  replica_labels: [namespace]\n"
+    issue = only_issue(pinned)
+    assert issue.field == "alerting.replica_labels" and "cannot be told apart" in issue.message
+    assert "namespace: prod" in issue.message
+    # one free label is enough: the namespace the selector pins, the pod that differs per replica
+    spec = load_spec_text(pinned.replace("[namespace]", "[namespace, pod]"), "spec.yaml")
+    assert spec.alerting.replica_labels == ("namespace", "pod")

@@ -211,7 +211,9 @@ def _slo(spec: Spec, rc: RequestClass, sli: Sli, model: str, inputs: dict[str, d
             variants.append({**labels, schema.FRONTEND_STREAM_LABEL: "false"})
         for variant in variants:
             samples = _samples(replica, failed)
-            series = selector(metric, [(k, "=", v) for k, v in {**variant, **_replica(spec, replica.name)}.items()])
+            series = selector(
+                metric, [(k, "=", v) for k, v in {**variant, **_replica(spec, replica.name, model)}.items()]
+            )
             inputs[series] = {"series": series, "values": _values(samples)}
             out.total.append(samples)
             out.read.append(({schema.RULE_LABEL_COUNTER: metric}, replica.samples))

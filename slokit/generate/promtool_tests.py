@@ -139,14 +139,17 @@ def _raw_labels(spec: Spec, model: str, rc: RequestClass | None, replica: str = 
         labels[metrics.model_label] = model
     if metrics.class_label is not None and rc is not None:
         labels[metrics.class_label] = rc.name
-    labels.update(_replica(spec, replica))
+    labels.update(_replica(spec, replica, model))
     labels.setdefault(metrics.engine_label, ENGINE)
     return labels
 
 
-def _replica(spec: Spec, replica: str) -> dict[str, str]:
-    """The replica labels of one replica, e.g. {instance: "replica-a"}."""
-    return {label: f"{label}-{replica}" for label in spec.alerting.replica_labels}
+def _replica(spec: Spec, replica: str, model: str | None = None) -> dict[str, str]:
+    """The replica labels of one replica, e.g. {instance: "instance-a"}; a label the model's selector pins keeps
+    the selector's value (`replica_labels: [namespace, pod]` in `namespace: prod`: every replica is in prod and
+    only `pod` tells them apart; the spec checker refuses labels that are all pinned)."""
+    pinned = queries.Queries(spec).model_selector(model) if model is not None else spec.selector
+    return {label: pinned.get(label, f"{label}-{replica}") for label in spec.alerting.replica_labels}
 
 
 def _engine(spec: Spec, replica: str = REPLICA) -> str:
@@ -186,7 +189,7 @@ def _histogram_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli, replic
     if hist.model_label is not None:
         labels[hist.model_label] = model
     labels.update(satisfying_labels(hist.matchers))
-    labels.update(_replica(spec, replica))
+    labels.update(_replica(spec, replica, model))
     if hist.engine_label is not None:
         labels.setdefault(hist.engine_label, ENGINE)
     return labels
@@ -597,7 +600,7 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
         labels = {
             "service": spec.service,
             "model": rule.model or "",
-            **_replica(spec, REPLICA),
+            **_replica(spec, REPLICA, rule.model),
             "engine": _engine(spec),
         }
         if rule.kind is AlertKind.QUEUE_OVERLOAD:
@@ -640,7 +643,7 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     idle = []
     for rule in rules:
         metric, matchers = alerts_mod.absent_series(spec, rule.model or "")
-        labels = {**satisfying_labels(matchers), **_replica(spec, REPLICA), "engine": ENGINE}
+        labels = {**satisfying_labels(matchers), **_replica(spec, REPLICA, rule.model), "engine": ENGINE}
         series = selector(metric, [(k, "=", v) for k, v in labels.items()])
         present.append({"series": series, "values": _series_values(RPM, minutes)})
         idle.append({"series": series, "values": _series_values(0, minutes)})

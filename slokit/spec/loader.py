@@ -13,7 +13,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path as FsPath
 from types import MappingProxyType
@@ -246,6 +246,7 @@ class _Checker:
         alerting = self._alerting(top.get("alerting", {}), ("alerting",))
         gpu_exporter = self._gpu_exporter(top.get("gpu_exporter", {}), ("gpu_exporter",))
         self._cross_checks(source, window, vllm, classes, alerting, top)
+        self._replicas_told_apart(models, selector, alerting, top)
         if self.issues or service is None:
             return None
         return Spec(
@@ -263,6 +264,25 @@ class _Checker:
             gpu_exporter=gpu_exporter,
             path=self.file,
         )
+
+    def _replicas_told_apart(
+        self, models: Sequence[Model], selector: Mapping[str, str], alerting: Alerting, top: dict[str, Any]
+    ) -> None:
+        """Replicas of one model must differ in some replica label: one the selector pins (`namespace: prod` with
+        `replica_labels: [namespace]`) is the same for every replica, and per-replica signals would sum them."""
+        scopes = [dict(m.selector) for m in models] or [dict(selector)]
+        for scope in scopes:
+            free = [label for label in alerting.replica_labels if label not in scope]
+            if free:
+                continue
+            pinned = ", ".join(f"{label}: {scope[label]}" for label in alerting.replica_labels)
+            where = ("alerting", "replica_labels") if "replica_labels" in top.get("alerting", {}) else ("alerting",)
+            self.error(
+                where,
+                f"every replica label is fixed by the selector ({pinned}), so the replicas of a model cannot be told "
+                "apart; add a label that differs per replica, e.g. [namespace, pod] or [instance]",
+            )
+            return
 
     def _bool(self, value: Any, path: Path) -> bool | None:
         if not isinstance(value, bool):
