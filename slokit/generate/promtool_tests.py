@@ -831,8 +831,9 @@ def _parameter_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[s
         return []
     tests = [{"expr": series, "eval_time": "1m", "exp_samples": [{"labels": series, "value": value}]}
              for series, value in sorted(samples.items())]  # fmt: skip
-    return [{"name": "parameters: the series the alerts join with hold each alert's own values", "interval": "1m",
-             "input_series": [{"series": 'up{job="elsewhere"}', "values": "1x2"}], "promql_expr_test": tests}]  # fmt: skip
+    name = "parameters: the series the alerts join with hold each alert's own values"
+    inputs = [{"series": 'up{job="elsewhere"}', "values": "1x2"}]
+    return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
 
 
 def unit_tests(spec: Spec) -> dict[str, Any]:
