@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path as FsPath
@@ -61,6 +62,14 @@ HEADER_VALUE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 RUNBOOK_PLACEHOLDERS: Final = frozenset({"service", "alert"})
 # Labels a `selector:` may not pin: slokit matches them itself per model, class and bucket.
 SELECTOR_RESERVED: Final = frozenset({"model", "model_name", "class", "le", "engine"})
+
+
+def _control_character(text: str, allowed: str = "") -> str | None:
+    """The first control, format or unassigned-surrogate character of `text` outside `allowed`, or None."""
+    for char in text:
+        if char not in allowed and unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            return char
+    return None
 
 
 # ==============================================================================================================
@@ -145,6 +154,10 @@ class _Checker:
     def string(self, value: Any, path: Path, pattern: re.Pattern[str] | None = None, what: str = "") -> str | None:
         if not isinstance(value, str) or not value.strip():
             self.error(path, f"must be a non-empty string, not {_kind(value)}")
+            return None
+        bad = _control_character(value, allowed="\n\t")
+        if bad is not None:
+            self.error(path, f"{value!r} holds the control character {bad!r}; write plain text")
             return None
         if pattern is not None and not pattern.match(value):
             self.error(path, f"{value!r} is not a valid {what or 'name'}")
@@ -372,6 +385,7 @@ class _Checker:
             if "selector" in data:
                 merged.update(self._selector(data["selector"], (*ipath, "selector")))
             name = self.string(data["name"], (*ipath, "name")) if "name" in data else None
+            name = self._plain(name, (*ipath, "name"), "a model name") if name is not None else None
             if name is not None and name in seen:
                 self.error((*ipath, "name"), f"duplicate model {name!r} (also models[{seen[name]}])")
             elif name is not None:
@@ -872,7 +886,24 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             self.error(path, f"must be a string, not {_kind(value)}")
             return None
-        return str(value)
+        return self._plain(str(value), path, "a label value")
+
+    def _plain(self, text: str, path: Path, what: str) -> str | None:
+        """Text that reaches alert labels, annotations or PromQL as a value: no control characters (a newline in a
+        model name breaks the rule file) and no Go template delimiters (Prometheus expands `{{ ... }}` in alert
+        labels and annotations at every evaluation, so a label that holds one changes, and the alert with it)."""
+        bad = _control_character(text)
+        if bad is not None:
+            self.error(path, f"{text!r} holds the control character {bad!r}; {what} is one line of plain text")
+            return None
+        if "{{" in text or "}}" in text:
+            self.error(
+                path,
+                f"{text!r} holds a template delimiter ({{{{ or }}}}), which Prometheus would expand in alert labels "
+                f"and annotations; {what} must be plain text",
+            )
+            return None
+        return text
 
     def _grafana_url(self, value: Any, path: Path) -> str | None:
         text = self.string(value, path)
@@ -885,6 +916,7 @@ class _Checker:
 
     def _runbook_url(self, value: Any, path: Path) -> str | None:
         text = self.string(value, path)
+        text = self._plain(text, path, "a runbook URL") if text is not None else None
         if text is None:
             return None
         placeholders = set(re.findall(r"\{([^{}]*)\}", text))
