@@ -162,7 +162,7 @@ def test_engines_keep_the_default_rules_and_add_only_their_fields(spec: Spec) ->
     assert mimir.pop("namespace") == f"slokit-{spec.service}"
     assert mimir == default[path]
     assert list(generate_all([spec], Engine.VICTORIAMETRICS)) == [
-        p for p in generate_all([spec]) if not p.endswith(".test.yaml")
+        p.replace(".prometheusrule.yaml", ".vmrule.yaml") for p in generate_all([spec]) if not p.endswith(".test.yaml")
     ]
 
 

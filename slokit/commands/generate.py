@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_specs_or_exit
-from slokit.commands.k8s_limits import check_sizes_or_exit
+from slokit.commands.k8s_limits import check_sizes_or_exit, print_scrape_warnings
 from slokit.commands.paths import check_output_dir
 from slokit.commands.tools import describe
 from slokit.generate.engines import Engine
@@ -62,7 +62,9 @@ def generate(
 
     runbooks/: one Markdown runbook per service: a short section per alert, linking its debugging guide.
 
-    exporters/: PrometheusRule, vLLM + GPU sidecar Deployment, ConfigMap, PodMonitor, HPA, KEDA ScaledObject.
+    exporters/: PrometheusRule (a VMRule, <service>.vmrule.yaml, with --engine victoriametrics), vLLM + GPU sidecar
+    Deployment, ConfigMap, PodMonitor (one per distinct model selector; it gives the scraped series the
+    selector's labels, and selector labels no scrape can set are warned about), HPA, KEDA ScaledObject.
 
     alertmanager/: one Alertmanager configuration per service: pages and tickets routed to the spec's receivers,
     grouped and inhibited as the alerts expect (docs/rules.md; amtool check-config passes on it).
@@ -91,6 +93,7 @@ def generate(
 
     loaded = load_specs_or_exit(specs)
     check_sizes_or_exit(loaded)
+    print_scrape_warnings(loaded)
     try:
         files = generate_all(loaded, engine)
     except GenerateError as error:

@@ -104,3 +104,14 @@ def check_sizes_or_exit(specs: Iterable[Spec]) -> None:
     if problems:
         report_spec_error(SpecError(problems))
         raise typer.Exit(EXIT_USAGE)
+
+
+def print_scrape_warnings(specs: Iterable[Spec]) -> None:
+    """Warn (stderr) about `selector:` labels the generated PodMonitors cannot give the series the rules read."""
+    import typer
+
+    from slokit.generate import k8s
+
+    for spec in specs:
+        for line in k8s.scrape_warnings(spec):
+            typer.echo(f"{spec.path}: warning: {line}", err=True)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_specs_or_exit
-from slokit.commands.k8s_limits import check_sizes_or_exit
+from slokit.commands.k8s_limits import check_sizes_or_exit, print_scrape_warnings
 from slokit.commands.paths import check_output_file, write_output_file
 from slokit.spec import Spec, default_spec_path
 
@@ -44,6 +44,7 @@ def validate(
 
     loaded = load_specs_or_exit(specs)
     check_sizes_or_exit(loaded)
+    print_scrape_warnings(loaded)
     for spec in loaded:
         classes = ", ".join(c.name for c in spec.classes)
         typer.echo(f"{spec.path}: ok (service {spec.service}, source {spec.source.value}, classes {classes})")

@@ -7,7 +7,7 @@
   within `-search.latencyOffset` (30s) of now as of 30s ago. So every group asks with `nocache=1` (answers as of
   the evaluation time), alert-critical records read raw series and settled records (`offset` >= their block) only,
   and burn-rate alerts compute their burn rates themselves. vmalert 1.79 refuses `keep_firing_for`, so it is left
-  out. See rules.py and docs/rules.md.
+  out. Its Kubernetes object is a VMRule (the PrometheusRule CRD has no `params`). See rules.py and docs/rules.md.
 * `thanos`: Thanos Ruler; every group says `partial_response_strategy: abort`, so an evaluation that cannot reach
   every store fails instead of recording undercounted events.
 * `mimir`: Mimir (or Cortex) ruler; the file is a `mimirtool rules load`/`sync` file with a top-level `namespace`.

@@ -1,8 +1,9 @@
 """The deployment side of a spec, as Kubernetes objects under `exporters/`.
 
-Per service: the spec as a ConfigMap (for slokit's stat-logger plugin inside vLLM), one PodMonitor scraping both
-the vLLM port and the GPU sidecar, and the prometheus-adapter rule that turns the recorded scale-out signal into an
-external metric. Per model: a Deployment (vLLM plus the NVML sidecar), a Service, and two alternative autoscalers on
+Per service: the spec as a ConfigMap (for slokit's stat-logger plugin inside vLLM), a PodMonitor scraping both
+the vLLM port and the GPU sidecar (one per distinct model `selector:`, giving the scraped series exactly the labels
+the rules select on), and the prometheus-adapter rule that turns the recorded scale-out signal into an external
+metric. Per model: a Deployment (vLLM plus the NVML sidecar), a Service, and two alternative autoscalers on
 the scale-out signal, an HPA on the external metric and a KEDA ScaledObject with a Prometheus trigger. Apply one
 autoscaler per Deployment, never both: KEDA creates its own HPA and the two would fight.
 
@@ -20,7 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import PurePath
+from types import MappingProxyType
 from typing import Any, Final
 
 from slokit import __version__, promql, schema
@@ -50,6 +54,15 @@ EXTERNAL_METRIC: Final = schema.EXTERNAL_SCALE_OUT_METRIC
 DOMAIN: Final = "slokit.dev"
 
 _DNS_BAD = re.compile(r"[^a-z0-9-]+")
+_NAMESPACE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # DNS-1123 label, at most 63 characters
+
+# How prometheus-operator labels a PodMonitor target (pkg/prometheus/promcfg.go, generatePodMonitorConfig), before
+# the endpoint's own `relabelings`: `namespace` from the pod's namespace, `container` and `pod` from the pod,
+# `job` = `<PodMonitor namespace>/<PodMonitor name>` (or the pod label `jobLabel` names), `endpoint` = the port
+# name; Prometheus adds `instance` (the target address). The endpoint's relabelings then run in order.
+NAMESPACE_LABEL: Final = "namespace"
+# Set per pod or per port: no PodMonitor can give every series of a model one value for these.
+PER_TARGET_LABELS: Final = ("instance", "pod", "container", "endpoint")
 
 
 def object_name(*parts: str, limit: int = 63) -> str:
@@ -133,30 +146,148 @@ def configmap(spec: Spec) -> dict[str, Any]:
     }
 
 
-def pod_monitor(spec: Spec) -> dict[str, Any]:
-    """One PodMonitor for both ports of every model's pods: vLLM's /metrics and the GPU sidecar's.
+@dataclass(frozen=True)
+class ScrapeGroup:
+    """Models that share one effective `selector:`, scraped by one PodMonitor that gives their series exactly the
+    labels of that selector."""
+
+    name: str  # the PodMonitor's name
+    file: str  # its file under exporters/
+    selector: Mapping[str, str]
+    models: tuple[Model, ...]
+
+    @property
+    def namespace(self) -> str | None:
+        """The namespace the selector puts these models in (their pods must run there), if it names one."""
+        return self.selector.get(NAMESPACE_LABEL)
+
+
+def scrape_groups(spec: Spec) -> list[ScrapeGroup]:
+    """One group per distinct effective model selector, in the order of `models:`.
+
+    One group (every example): `slokit-<service>` in `<service>-podmonitor.yaml`. Several: the group's namespace,
+    or its position when namespaces do not tell the groups apart, is added to both names.
+    """
+    grouped: dict[tuple[tuple[str, str], ...], list[Model]] = {}
+    for model in spec.models:
+        grouped.setdefault(tuple(sorted(model.selector.items())), []).append(model)
+    if not grouped:
+        grouped[tuple(sorted(spec.selector.items()))] = []
+    keys = list(grouped)
+    namespaces = [dict(key).get(NAMESPACE_LABEL) for key in keys]
+    if len(keys) == 1:
+        suffixes: list[tuple[str, ...]] = [()]
+    elif None not in namespaces and len(set(namespaces)) == len(keys):
+        suffixes = [(str(ns),) for ns in namespaces]
+    else:
+        suffixes = [(str(index),) for index in range(1, len(keys) + 1)]
+    return [
+        ScrapeGroup(
+            name=object_name("slokit", spec.service, *suffix),
+            file=f"exporters/{object_name(spec.service, *suffix)}-podmonitor.yaml",
+            selector=MappingProxyType(dict(key)),
+            models=tuple(grouped[key]),
+        )
+        for key, suffix in zip(keys, suffixes, strict=True)
+    ]
+
+
+def scrape_relabelings(selector: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Endpoint relabelings that give every scraped series the selector's labels.
+
+    They run after prometheus-operator's own, so `job` (and any other label but the per-target ones) becomes the
+    selector's value whatever the operator set. `namespace` is left to the operator: it is the pod's namespace, and
+    the PodMonitor's `namespaceSelector` scrapes only that one. `$` is doubled: Prometheus expands `$1`, `${name}`
+    in a replacement and reads `$$` as one `$`.
+    """
+    return [
+        {"action": "replace", "targetLabel": label, "replacement": value.replace("$", "$$")}
+        for label, value in sorted(selector.items())
+        if label != NAMESPACE_LABEL and label not in PER_TARGET_LABELS
+    ]
+
+
+def pod_monitor(spec: Spec, group: ScrapeGroup | None = None) -> dict[str, Any]:
+    """A PodMonitor for both ports of a group of models' pods: vLLM's /metrics and the GPU sidecar's.
 
     A PodMonitor rather than a ServiceMonitor: the sidecar port needs no Service, and a ServiceMonitor would add
-    a `service` target label that collides with the `service` label slokit's rules write.
+    a `service` target label that collides with the `service` label slokit's rules write. prometheus-operator would
+    label the series `job="<namespace>/<name>"`: the relabelings set the selector's `job` (and its other labels)
+    instead, and `namespaceSelector` scrapes the namespace the selector names (without one, the PodMonitor's own).
+    With several groups, each selects only its own models' pods.
     """
-    endpoint = {"path": "/metrics", "interval": SCRAPE_INTERVAL, "scrapeTimeout": "10s"}
+    groups = scrape_groups(spec)
+    chosen = group or groups[0]
+
+    def endpoint(port: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"port": port, "path": "/metrics", "interval": SCRAPE_INTERVAL, "scrapeTimeout": "10s"}
+        relabelings = scrape_relabelings(chosen.selector)
+        if relabelings:
+            out["relabelings"] = relabelings
+        return out
+
+    selector: dict[str, Any] = {
+        "matchLabels": {
+            "app.kubernetes.io/part-of": object_name(spec.service),
+            "app.kubernetes.io/component": "server",
+        }
+    }
+    if len(groups) > 1:
+        selector["matchExpressions"] = [
+            {
+                "key": "app.kubernetes.io/instance",
+                "operator": "In",
+                "values": [deployment_name(spec, model) for model in chosen.models],
+            }
+        ]
+    body: dict[str, Any] = {"selector": selector}
+    if chosen.namespace is not None:
+        body["namespaceSelector"] = {"matchNames": [chosen.namespace]}
+    body["podMetricsEndpoints"] = [
+        endpoint(VLLM_PORT_NAME),
+        {**endpoint(GPU_PORT_NAME), **gpu_scrape_settings(spec)},
+    ]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": {"name": object_name("slokit", spec.service), "labels": _labels(spec, "monitoring")},
-        "spec": {
-            "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/part-of": object_name(spec.service),
-                    "app.kubernetes.io/component": "server",
-                }
-            },
-            "podMetricsEndpoints": [
-                {"port": VLLM_PORT_NAME, **endpoint},
-                {"port": GPU_PORT_NAME, **endpoint, **gpu_scrape_settings(spec)},
-            ],
-        },
+        "metadata": {"name": chosen.name, "labels": _labels(spec, "monitoring")},
+        "spec": body,
     }
+
+
+def scrape_warnings(spec: Spec) -> list[str]:
+    """Selector labels the generated PodMonitors cannot give the series the rules read: `validate` and `generate`
+    print these, since every rule that reads such a series would read nothing."""
+    out: list[str] = []
+    for group in scrape_groups(spec):
+        models = ", ".join(m.name for m in group.models) or "every model"
+        for label in PER_TARGET_LABELS:
+            if label in group.selector:
+                out.append(
+                    f"selector {label}: {group.selector[label]!r} (models {models}): prometheus-operator sets "
+                    f"`{label}` on each scrape target itself, so no PodMonitor can give every series of these "
+                    f"models that value and the rules read at most one target's series; leave `{label}` out of "
+                    "`selector:` (replicas are told apart by alerting.replica_labels)"
+                )
+        namespace = group.namespace
+        if namespace is not None and (len(namespace) > 63 or not _NAMESPACE_NAME.match(namespace)):
+            out.append(
+                f"selector namespace: {namespace!r} (models {models}) is not a Kubernetes namespace name "
+                "(lower-case letters, digits and '-', at most 63): no pod runs there, so the PodMonitor scrapes "
+                "nothing the rules read"
+            )
+    scoped = any(model.selector for model in spec.models) or bool(spec.selector)
+    for request_class in spec.classes:
+        for sli, slo in request_class.slos.items():
+            if slo.metric is not None and scoped:
+                scopes = {tuple(sorted(spec.model(name).selector.items())) for name in request_class.models}
+                labels = " or ".join(sorted(", ".join(f"{k}={v}" for k, v in scope) for scope in scopes))
+                out.append(
+                    f"classes {request_class.name}: {sli.value}: metric {slo.metric.name} is not scraped by the "
+                    f"generated PodMonitor (it scrapes vLLM and the GPU sidecar): the scrape that collects it must "
+                    f"give its series the selector's labels ({labels}), or the rules read none of them"
+                )
+    return out
 
 
 def gpu_scrape_settings(spec: Spec) -> dict[str, Any]:
@@ -503,8 +634,8 @@ def has_scale_out_signal(spec: Spec, model: Model) -> bool:
 
 
 def files(spec: Spec) -> dict[str, Any]:
-    """Every Kubernetes object for one spec: `exporters/<service>-<kind>.yaml` and per model
-    `exporters/<service>-<model>-<kind>.yaml`.
+    """Every Kubernetes object for one spec: `exporters/<service>-<kind>.yaml` (a PodMonitor per distinct model
+    selector, `scrape_groups`) and per model `exporters/<service>-<model>-<kind>.yaml`.
 
     A model none of whose classes has a TTFT objective gets no autoscaler: the rules record no scale-out signal
     for it, and an HPA on a missing external metric would only report errors.
@@ -513,7 +644,8 @@ def files(spec: Spec) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if spec.source is Source.SLOKIT:
         out[f"{base}-configmap.yaml"] = configmap(spec)
-    out[f"{base}-podmonitor.yaml"] = pod_monitor(spec)
+    for group in scrape_groups(spec):
+        out[group.file] = pod_monitor(spec, group)
     scaled = [model for model in spec.models if has_scale_out_signal(spec, model)]
     if scaled:
         out[f"{base}-prometheus-adapter.yaml"] = adapter_configmap(spec)

@@ -977,7 +977,7 @@ def prometheus_rule(spec: Spec, groups: list[RuleGroup]) -> dict[str, Any]:
 
 
 def vm_rule(spec: Spec, groups: list[RuleGroup]) -> dict[str, Any]:
-    """The `--engine victoriametrics` groups as a VictoriaMetrics operator VMRule (operator.victoriametrics.com/v1beta1).
+    """The `--engine victoriametrics` groups as a VictoriaMetrics operator VMRule (operator.victoriametrics.com).
 
     Not a PrometheusRule: that CRD has no group `params`, so an apply would refuse or prune the `nocache` the vmalert
     timing needs, and a Prometheus selecting PrometheusRules would load MetricsQL it cannot evaluate. The VMRule
