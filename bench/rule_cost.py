@@ -1,7 +1,8 @@
 """Rule cost and accuracy: slokit's SLI rules against naive raw-range and Sloth-shaped rules, on faulty data.
 
 One run, side by side, on one real Prometheus (Debian's 2.42) with a backfilled TSDB: 3 days of a TTFT histogram
-on vLLM's 23-series default buckets for 10 models x 3 classes x 2 engines, a raw sample every 60s. Traffic is
+on vLLM's 23-series default buckets for 10 models x 3 classes x 2 engines (`--models`, `--classes`; every model
+serves every class; `--fleet`: 50 models x 4 classes x 2 engines), a raw sample every 60s. Traffic is
 diurnal (errors highest when traffic is lowest) with bursts (a few 5-20 minute stretches a day per model at 3x the
 rate and 30% slow), integer requests per scrape interval.
 
@@ -21,7 +22,9 @@ the windows slokit records (5m, 10m, 30m, 1h, 2h, 6h, 1d, 3d and the 28d SLO win
   as the mean of the recorded 5m ratios (`sum_over_time / count_over_time`), as Sloth writes it.
 * slokit: the generated `sli-short`, `sli-medium` and `sli-long` groups (bucket rates, the 5m base window of
   sample deltas, every longer window tiled from recorded shorter ones with `offset`, ratios, burn rates, budget,
-  scale-out) without the dashboard quantiles and request rates.
+  scale-out) without the dashboard quantiles and request rates, and the records of the `parameters` group they read
+  (the objective per class, which the burn rates join `on (service, class, slo)`). These rules are written once for
+  all models: their number grows with the classes, not the models.
 
 Evaluation is by that Prometheus, one dependency level at a time (a level reads only the levels below it): each
 rule is a range query at its group's interval, aligned to the group's phase (fixed per group name, as Prometheus
@@ -47,12 +50,14 @@ missing.
 Cost: each rule's expression as an instant query at the end of the history with `stats=all`; samples touched
 (`totalQueryableSamples`) and engine time (fastest of 3 runs), scaled to an hour of evaluations by the rule's
 interval; for slokit all its rules, and apart the ones that record what the naive set records (events and ratios).
+slokit's 10 costliest rules by engine time are printed after the totals, and every rule's cost on stderr.
 The 28d reads of naive and Sloth-shaped rules touch the 3 days that exist: with 28 days of history they grow about
 9x for that window; slokit's do not.
 
-`--smoke`: 2 models, 26 hours, 3 end times (tests/test_rules_bench.py).
+`--smoke`: 2 models, 26 hours, 3 end times (tests/test_rules_bench.py, with 3 and with 4 classes).
 
-Run: .venv/bin/python bench/rule_cost.py [--clean] [--smoke] [--scrape 60]
+Run: PYTHONPATH=. .venv/bin/python bench/rule_cost.py [--clean] [--smoke | --fleet] [--classes 3] [--models 10]
+[--days 3] [--scrape 60]
 """
 
 from __future__ import annotations
@@ -80,7 +85,10 @@ from slokit.local.prometheus import LocalPrometheus, PrometheusError, promtool
 from slokit.spec import Spec, load_spec_text
 from slokit.units import format_le, parse_duration, prom_duration
 
-THRESHOLDS = {"chat": 0.5, "code": 0.25, "batch": 1.0}
+# Request classes and their TTFT thresholds, in order: `--classes N` takes the first N (3 by default, 4 in the fleet)
+THRESHOLDS = {"chat": 0.5, "code": 0.25, "batch": 1.0, "agent": 2.5, "embed": 0.1, "summary": 5.0}
+DEFAULT_CLASSES = 3
+FLEET = {"models": 50, "classes": 4}  # `--fleet`; ENGINES engines each, as every case
 ENGINES = 2
 BOUNDS = schema.VLLM_TTFT_BUCKETS
 HISTORY_END = 1764633600  # 2025-12-02 00:00 UTC: pinned, so every run sees the same data
@@ -92,12 +100,19 @@ SETS = ("naive", "sloth", "slokit")
 SLO = {"service": "bench", "slo": "ttft"}
 
 
-def spec_text(models: int) -> str:
+def class_thresholds(classes: int = DEFAULT_CLASSES) -> dict[str, float]:
+    """The first `classes` request classes and their thresholds (seconds)."""
+    if not 1 <= classes <= len(THRESHOLDS):
+        raise ValueError(f"classes must be 1 to {len(THRESHOLDS)}, not {classes}")
+    return dict(list(THRESHOLDS.items())[:classes])
+
+
+def spec_text(models: int, classes: int = DEFAULT_CLASSES) -> str:
     names = [f"model-{i}" for i in range(models)]
     lines = ["version: slokit/v1", "service: bench", "source: slokit", "window: 28d", "models:"]
     lines += [f"  - {{name: {n}}}" for n in names]
     lines.append("classes:")
-    for cls, threshold in THRESHOLDS.items():
+    for cls, threshold in class_thresholds(classes).items():
         lines += [f"  - name: {cls}", "    slos:", "      ttft:",
                   f"        objective: {{percentile: 95, threshold: {int(threshold * 1000)}ms}}"]  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -124,6 +139,7 @@ class History:
     models: int
     ends: tuple[int, ...]
     faults: bool
+    thresholds: dict[str, float] = field(default_factory=class_thresholds)  # class -> threshold, in class order
     restarts: dict[tuple[int, int], list[Restart]] = field(default_factory=dict)  # (model, engine) ->
     missed: dict[tuple[int, int], set[int]] = field(default_factory=dict)
     bursts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # model -> [start, end)
@@ -200,7 +216,7 @@ class History:
         """Integer requests per step per series (none while its engine is down), and the truth's prefix sums."""
         rng = random.Random(seed)
         for m in range(self.models):
-            for c in range(len(THRESHOLDS)):
+            for c in range(len(self.thresholds)):
                 cum_total, cum_bad = [0] * len(self.times), [0] * len(self.times)
                 for e in range(ENGINES):
                     out: list[tuple[int, int]] = [(0, 0)]
@@ -240,13 +256,13 @@ class History:
         """The scraped bucket counters, time-ordered, as promtool's OpenMetrics input; returns samples written."""
         prefixes: dict[tuple[int, int, int], list[str]] = {}
         for m in range(self.models):
-            for c, cls in enumerate(THRESHOLDS):
+            for c, cls in enumerate(self.thresholds):
                 for e in range(ENGINES):
                     prefixes[(m, c, e)] = [
                         f'{name}_bucket{{model="model-{m}",class="{cls}",engine="{e}",le="{le}"}} '
                         for le in [*(format_le(b) for b in BOUNDS), "+Inf"]
                     ]
-        good_at = [BOUNDS.index(t) for t in THRESHOLDS.values()]
+        good_at = [BOUNDS.index(t) for t in self.thresholds.values()]
         counts = {key: [0, 0] for key in self.emitted}  # good, slow since the engine's last (re)start
         backs = {key: {r.back for r in rs} for key, rs in self.restarts.items()}
         previous: dict[tuple[int, int, int], tuple[int, int]] = {}  # last scraped (+Inf, threshold) per series
@@ -310,25 +326,35 @@ class Entry:
 
 
 def slokit_entries(spec: Spec) -> list[Entry]:
-    out = []
+    """The generated `sli-short`, `sli-medium` and `sli-long` rules but dashboard quantiles and request rates, and the
+    records of the `parameters` group they read (the objective per class, which the burn rates join `on (service,
+    class, slo)`); the parameters the alerts alone read (burn factors, per-model facts) are left out with them."""
+    out, parameters = [], []
     for g in rule_groups(spec):
-        if not g.name.endswith(("sli-short", "sli-medium", "sli-long")):
-            continue
         interval = parse_duration(g.interval)
-        for r in g.rules:
-            if isinstance(r, RecordingRule) and "quantile" not in r.record and "requests" not in r.record:
-                out.append(Entry("slokit", g.name, interval, r))
-    return out
+        rules = [r for r in g.rules if isinstance(r, RecordingRule)]
+        if g.name.endswith("-parameters"):
+            parameters += [Entry("slokit", g.name, interval, r) for r in rules]
+        elif g.name.endswith(("sli-short", "sli-medium", "sli-long")):
+            out += [Entry("slokit", g.name, interval, r) for r in rules
+                    if "quantile" not in r.record and "requests" not in r.record]  # fmt: skip
+    read = {p.rule.record for p in parameters if any(reads(e.rule.expr, p.rule.record) for e in out)}
+    return [p for p in parameters if p.rule.record in read] + out
 
 
-def _union(name: str, fn: str, window: str) -> str:
+def reads(expr: str, record: str) -> bool:
+    """Whether a PromQL expression reads a series by that name (not a longer name that contains it)."""
+    return re.search(r"(?<![\w:])" + re.escape(record) + r"(?![\w:])", expr) is not None
+
+
+def _union(name: str, fn: str, window: str, thresholds: Mapping[str, float]) -> str:
     return " or ".join(
         f'sum by (model, class) ({fn}({name}_bucket{{class="{c}",le="{format_le(t)}"}}[{window}]))'
-        for c, t in THRESHOLDS.items()
+        for c, t in thresholds.items()
     )
 
 
-def naive_entries(spec: Spec, name: str) -> list[Entry]:
+def naive_entries(spec: Spec, name: str, thresholds: Mapping[str, float]) -> list[Entry]:
     out = []
     for window in sli_windows(spec):
         d, interval = prom_duration(window), window_interval(window)
@@ -336,13 +362,13 @@ def naive_entries(spec: Spec, name: str) -> list[Entry]:
         total, good = f"naive:sli_total:increase{d}", f"naive:sli_good:increase{d}"
         out += [
             Entry("naive", group, interval, RecordingRule(total, f'sum by (model, class) (increase({name}_bucket{{le="+Inf"}}[{d}]))')),  # noqa: E501
-            Entry("naive", group, interval, RecordingRule(good, _union(name, "increase", d))),
+            Entry("naive", group, interval, RecordingRule(good, _union(name, "increase", d, thresholds))),
             Entry("naive", group, interval, RecordingRule(f"naive:sli_error:ratio{d}", f"({total} - {good}) / {total}")),  # noqa: E501
         ]  # fmt: skip
     return out
 
 
-def sloth_entries(spec: Spec, name: str) -> list[Entry]:
+def sloth_entries(spec: Spec, name: str, thresholds: Mapping[str, float]) -> list[Entry]:
     out = []
     for window in sli_windows(spec):
         d, interval = prom_duration(window), window_interval(window)
@@ -352,7 +378,7 @@ def sloth_entries(spec: Spec, name: str) -> list[Entry]:
             expr = f"sum_over_time({base}[{d}]) / count_over_time({base}[{d}])"
         else:
             total = f'sum by (model, class) (rate({name}_bucket{{le="+Inf"}}[{d}]))'
-            expr = f"1 - ({_union(name, 'rate', d)}) / {total}"
+            expr = f"1 - ({_union(name, 'rate', d, thresholds)}) / {total}"
         out.append(Entry("sloth", group, interval, RecordingRule(f"sloth:sli_error:ratio_rate{d}", expr)))
     return out
 
@@ -503,10 +529,10 @@ def accuracy(server: LocalPrometheus, history: History, spec: Spec) -> dict[tupl
                 try:
                     hi = data_end(server, rule_set, window, end, plans)
                 except PrometheusError:
-                    errors.missing += history.models * len(THRESHOLDS)
+                    errors.missing += history.models * len(history.thresholds)
                     continue
                 for m in range(history.models):
-                    for c, cls in enumerate(THRESHOLDS):
+                    for c, cls in enumerate(history.thresholds):
                         total, bad = history.truth(m, c, hi - window, hi)
                         value = ratios.get((f"model-{m}", cls))
                         if value is None or math.isnan(value) or total == 0:
@@ -526,28 +552,56 @@ def accuracy(server: LocalPrometheus, history: History, spec: Spec) -> dict[tupl
 SLOKIT_WINDOWS = "slokit windows"  # slokit's rules that record what the naive set records: events and ratios
 
 
-def cost(server: LocalPrometheus, entries: Sequence[Entry], at: int) -> dict[str, tuple[int, int, float, float]]:
-    """Per set: rules, samples per evaluation, samples per hour, engine seconds per hour.
+@dataclass(frozen=True)
+class RuleCost:
+    """One rule's cost at the end of the history: samples touched per evaluation, engine seconds per evaluation
+    (the fastest of three runs), and its interval."""
 
-    Samples touched are counted, so one query gives them; engine time is the fastest of three runs of each query
-    (the machine is shared, and a slow run measures the neighbours). `slokit windows` is slokit's subset that
-    records the windows' events and error ratios, with the per-series counter record the 5m tiles read (no bucket
-    rates, burn rates, budget, objective, scale-out)."""
+    entry: Entry
+    samples: int
+    seconds: float
+
+    @property
+    def samples_per_hour(self) -> float:
+        return self.samples * 3600 / self.entry.interval
+
+    @property
+    def seconds_per_hour(self) -> float:
+        return self.seconds * 3600 / self.entry.interval
+
+
+def rule_costs(server: LocalPrometheus, entries: Sequence[Entry], at: int) -> list[RuleCost]:
+    """Every rule's expression as an instant query at `at` with `stats=all`. Samples touched are counted, so one
+    query gives them; engine time is the fastest of three runs (the machine is shared, and a slow run measures the
+    neighbours)."""
+    out = []
+    for e in entries:
+        answers = [server.query(e.rule.expr, at=at, stats=True) for _ in range(3)]
+        out.append(RuleCost(e, answers[0].samples_touched, min(a.eval_seconds for a in answers)))
+    return out
+
+
+def cost(costs: Sequence[RuleCost]) -> dict[str, tuple[int, int, float, float]]:
+    """Per set: rules, samples per evaluation, samples per hour, engine seconds per hour. `slokit windows` is
+    slokit's subset that records the windows' events and error ratios, with the per-series counter record the 5m
+    tiles read (no bucket rates, burn rates, budget, objective, scale-out)."""
     out = {}
     windows = ("slokit:sli_total:", "slokit:sli_good:", "slokit:sli_error:", schema.RECORD_COUNTER_LAST)
     for rule_set in (*SETS, SLOKIT_WINDOWS):
         if rule_set == SLOKIT_WINDOWS:
-            rules = [e for e in entries if e.rule_set == "slokit" and e.rule.record.startswith(windows)]
+            rules = [c for c in costs if c.entry.rule_set == "slokit" and c.entry.rule.record.startswith(windows)]
         else:
-            rules = [e for e in entries if e.rule_set == rule_set]
-        per_eval, per_hour, seconds = 0, 0.0, 0.0
-        for e in rules:
-            answers = [server.query(e.rule.expr, at=at, stats=True) for _ in range(3)]
-            per_eval += answers[0].samples_touched
-            per_hour += answers[0].samples_touched * 3600 / e.interval
-            seconds += min(a.eval_seconds for a in answers) * 3600 / e.interval
-        out[rule_set] = (len(rules), per_eval, per_hour, seconds)
+            rules = [c for c in costs if c.entry.rule_set == rule_set]
+        out[rule_set] = (len(rules), sum(c.samples for c in rules), sum(c.samples_per_hour for c in rules),
+                         sum(c.seconds_per_hour for c in rules))  # fmt: skip
     return out
+
+
+def rule_line(r: RuleCost) -> str:
+    """One rule's engine seconds and samples per hour, interval, record and static labels, as a printed line."""
+    labels = ",".join(f'{k}="{v}"' for k, v in sorted(r.entry.rule.labels.items()) if k not in ("service", "slo"))
+    return (f"{r.seconds_per_hour:>12.3f}{r.samples_per_hour:>16,.0f}{prom_duration(r.entry.interval):>7}  "
+            f"{r.entry.rule.record}{'{' + labels + '}' if labels else ''}\n")  # fmt: skip
 
 
 def pct(values: Sequence[float], how: str) -> str:
@@ -561,15 +615,29 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--scrape", type=int, default=60, help="seconds between raw samples (default 60)")
     parser.add_argument("--days", type=float, default=3.0)
-    parser.add_argument("--models", type=int, default=10)
+    parser.add_argument("--models", type=int, default=None, help="models (default 10; 50 with --fleet)")
+    parser.add_argument("--classes", type=int, default=None, choices=range(1, len(THRESHOLDS) + 1),
+                        help=f"request classes, each every model serves (default {DEFAULT_CLASSES}; "
+                        f"{FLEET['classes']} with --fleet): {', '.join(THRESHOLDS)} in that order")  # fmt: skip
     parser.add_argument("--clean", action="store_true", help="no missed scrapes, no restarts")
-    parser.add_argument("--smoke", action="store_true", help="small run: 2 models, 26 hours, 3 end times")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--smoke", action="store_true", help="small run: 2 models, 26 hours, 3 end times")
+    how.add_argument(
+        "--fleet",
+        action="store_true",
+        help=f"the fleet case: {FLEET['models']} models x {FLEET['classes']} classes x {ENGINES} engines",
+    )
     args = parser.parse_args()
     ends_before = FULL_ENDS
+    if args.models is None:
+        args.models = FLEET["models"] if args.fleet else 10
+    if args.classes is None:
+        args.classes = FLEET["classes"] if args.fleet else DEFAULT_CLASSES
     if args.smoke:
         args.models, args.days, ends_before = 2, 26 / 24, SMOKE_ENDS
-    spec = load_spec_text(spec_text(args.models), "bench.yaml")
-    assert all(t in BOUNDS for t in THRESHOLDS.values())
+    thresholds = class_thresholds(args.classes)
+    spec = load_spec_text(spec_text(args.models, args.classes), "bench.yaml")
+    assert all(t in BOUNDS and BOUNDS.index(t) + 2 < len(BOUNDS) for t in thresholds.values())
     name = spec.latency_metric(schema.Sli.TTFT, spec.classes[0])  # the histogram the generated rules read
     end = HISTORY_END
     start = end - int(args.days * 86400)
@@ -577,7 +645,7 @@ def main() -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="slokit-bench-") as tmp:
         work = Path(tmp)
-        history = History(start, end, args.scrape, args.models, ends, faults=not args.clean)
+        history = History(start, end, args.scrape, args.models, ends, faults=not args.clean, thresholds=thresholds)
         history.plan()
         history.emit()
         source = work / "raw.om"
@@ -596,24 +664,27 @@ def main() -> int:
         backfilled = time.monotonic()
         print(f"  backfilled in {backfilled - generated:.0f}s", file=sys.stderr, flush=True)
 
-        entries = [*naive_entries(spec, name), *sloth_entries(spec, name), *slokit_entries(spec)]
+        entries = [*naive_entries(spec, name, thresholds), *sloth_entries(spec, name, thresholds),
+                   *slokit_entries(spec)]  # fmt: skip
         server.start(timeout=300)
         try:
             measured = [ratio_record(r, w).split("{")[0] for r in SETS for w in (*REPORTED, spec.window)]
             levels, points = evaluate_levels(entries, server, start, end, work, measured)
             evaluated = time.monotonic()
             errors = accuracy(server, history, spec)
-            costs = cost(server, entries, end)
+            print("  measuring cost", file=sys.stderr, flush=True)
+            per_rule = rule_costs(server, entries, end)
+            costs = cost(per_rule)
         finally:
             server.stop()
 
     faults = "clean (no faults)" if args.clean else history.fault_summary()
     print(f"TSDB: {args.days:g} days to {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime(end))}, {args.models} models x "
-          f"3 classes x {ENGINES} engines, vLLM TTFT buckets ({len(BOUNDS) + 1} series per histogram), raw sample "
-          f"every {args.scrape}s ({samples:,} samples); {faults}")  # fmt: skip
+          f"{args.classes} classes x {ENGINES} engines, vLLM TTFT buckets ({len(BOUNDS) + 1} series per histogram), "
+          f"raw sample every {args.scrape}s ({samples:,} samples); {faults}")  # fmt: skip
     print("evaluation intervals, every set: 5m-1h 30s, 2h-6h 1m, 1d-4w 2m; rules evaluated over the whole history "
           f"by Prometheus in {levels} dependency levels ({points:,} recorded points)")  # fmt: skip
-    print(f"accuracy at {len(ends)} end times x {args.models * len(THRESHOLDS)} model/class series: relative error "
+    print(f"accuracy at {len(ends)} end times x {args.models * args.classes} model/class series: relative error "
           "of the error ratio (and of the window's requests) against the requests the generator emitted")  # fmt: skip
     print(f"{'window':<8}{'rules':<8}{'ratio max':>12}{'ratio median':>14}{'events max':>12}{'events median':>15}"
           f"{'vs scraped max':>16}{'missing':>9}")  # fmt: skip
@@ -633,6 +704,12 @@ def main() -> int:
         print(f"{'samples per hour' if base == 'slokit' else 'windows only'}: naive/slokit = {a / c:,.1f}x, "
               f"sloth/slokit = {b / c:,.1f}x; eval seconds per hour: naive/slokit = {sa / sc:,.2f}x, "
               f"sloth/slokit = {sb / sc:,.2f}x")  # fmt: skip
+    print("slokit's 10 costliest rules by engine time:")
+    print(f"{'eval s/hour':>12}{'samples/hour':>16}{'every':>7}  record")
+    ranked = sorted(per_rule, key=lambda r: -r.seconds_per_hour)
+    print("".join([rule_line(r) for r in ranked if r.entry.rule_set == "slokit"][:10]), end="")
+    print("every rule by engine time:", file=sys.stderr)  # all three sets, for the record
+    print("".join(f"  {r.entry.rule_set:<7}{rule_line(r)}" for r in ranked), end="", file=sys.stderr)
     print(f"(generate {generated - started:.0f}s, backfill {backfilled - generated:.0f}s, rules "
           f"{evaluated - backfilled:.0f}s, total {time.monotonic() - started:.0f}s)")  # fmt: skip
     return 0

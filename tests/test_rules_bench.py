@@ -1,5 +1,6 @@
 """A small run of bench/rule_cost.py on faulty data: slokit's windows add up to the scraped counters exactly, stay
-close to the requests emitted, and touch fewer samples than the naive and Sloth-shaped rules."""
+close to the requests emitted, and touch fewer samples than the naive and Sloth-shaped rules; with the default 3
+classes and with the fleet case's 4 (`--classes 4`, every model serving every class)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+DUMP = re.compile(r"^  slokit\s+[\d.]+\s+([\d,]+)\s+\w+\s+(\S+)$", re.MULTILINE)  # every rule's cost (stderr)
 ROW = re.compile(r"^(\w+)\s+(naive|sloth|slokit)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)$", re.MULTILINE)
 
 
@@ -21,13 +23,16 @@ def _fraction(text: str) -> float:
 
 @pytest.mark.prometheus
 @pytest.mark.slow
-def test_rule_cost_smoke(prometheus_path: str) -> None:
+@pytest.mark.parametrize("classes", [3, 4])
+def test_rule_cost_smoke(prometheus_path: str, classes: int) -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "rule_cost.py"), "--smoke"],
+        [sys.executable, str(ROOT / "bench" / "rule_cost.py"), "--smoke", "--classes", str(classes)],
         capture_output=True, text=True, timeout=600, check=False, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "restarts (counter resets" in done.stdout and "scrapes missed" in done.stdout, done.stdout
+    assert f"2 models x {classes} classes x 2 engines" in done.stdout, done.stdout
+    assert f"x {2 * classes} model/class series" in done.stdout, done.stdout
     rows = {(m[1], m[2]): [_fraction(g) for g in m.groups()[2:7]] + [int(m[8])] for m in ROW.finditer(done.stdout)}
     windows = ("5m", "1h", "6h", "1d", "3d", "4w")
     assert set(rows) == {(w, s) for w in windows for s in ("naive", "sloth", "slokit")}, done.stdout
@@ -52,7 +57,14 @@ def test_rule_cost_smoke(prometheus_path: str) -> None:
     assert match, done.stdout
     naive, sloth = (float(g.replace(",", "")) for g in match.groups())
     # Samples touched are counted, not timed. All sets evaluate each window at the same interval, and the smoke's
-    # 26h history caps the naive and Sloth-shaped 1d-28d reads at 26h, so the ratio (6.9x) is below the full
-    # run's (docs/rules.md); 4x still fails rules that read raw series for long windows.
+    # 26h history caps the naive and Sloth-shaped 1d-28d reads at 26h, so the ratio (11.9x with 3 or 4 classes) is
+    # below the full run's (docs/rules.md); 4x still fails rules that read raw series for long windows.
     assert naive >= 4
     assert sloth >= 4
+    # The burn rates join the objective the parameters group records per class (`on (service, class, slo)`): the
+    # slokit set evaluates those records (one per class), so its 5m burn rate reads more than its own ratios.
+    costs = {m[2]: float(m[1].replace(",", "")) for m in DUMP.finditer(done.stderr)}  # record -> samples per hour
+    objectives = {f'slokit:objective:ratio{{class="{c}"}}' for c in ("chat", "code", "batch", "agent")[:classes]}
+    assert objectives <= set(costs), done.stderr
+    assert costs["slokit:burn_rate:ratio5m"] > 2 * classes * 120, done.stderr
+    assert "slokit's 10 costliest rules by engine time:" in done.stdout, done.stdout
