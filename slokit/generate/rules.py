@@ -934,13 +934,26 @@ def rule_groups(spec: Spec, engine: Engine = DEFAULT, *, max_interval: float | N
     return groups if max_interval is None else capped_intervals(groups, max_interval)
 
 
+# Alert groups by family: a distributed ruler (Thanos, Mimir) shards by group, so a fleet's alerts spread over
+# several evaluators. Engine alerts come after the SLO pages they join with (`ALERTS`), so within one evaluation
+# order (Prometheus evaluates groups concurrently; promtool in file order) a cause copy sees the page at once.
+ALERT_GROUPS: Final = (
+    ("alerts-burn", (AlertKind.BURN_RATE,)),
+    ("alerts-latency", (AlertKind.TIER, AlertKind.BASELINE, AlertKind.SCALE_OUT, AlertKind.CONSISTENCY)),
+    ("alerts-engine", (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)),
+    ("alerts-absent", (AlertKind.ABSENT, AlertKind.EXPORTER_GONE)),
+)
+
+
 def _build_rule_groups(spec: Spec, engine: Engine) -> list[RuleGroup]:
     alert_rules = _for_engine(spec, alerts.alert_rules(spec), engine)
     groups = recording_groups(spec, engine)
-    if alert_rules:
-        groups.append(
-            RuleGroup(group_name(spec, "alerts"), prom_duration(SHORT_INTERVAL), alert_rules, group_fields(engine))
-        )
+    for part, kinds in ALERT_GROUPS:
+        family = tuple(r for r in alert_rules if r.kind in kinds)
+        if family:
+            groups.append(
+                RuleGroup(group_name(spec, part), prom_duration(SHORT_INTERVAL), family, group_fields(engine))
+            )
     return groups
 
 
