@@ -116,6 +116,22 @@ def test_backtest_pages_the_outage_and_reports_every_variant(
     assert doc["variants"]["slokit"]["pages_outside_incidents"] == 0
     scored = score(spec, evaluation, [OUTAGE])
     assert scored["slokit"].pages >= scored["tiers"].pages >= 1
+    # Pages are notifications as the generated Alertmanager configuration sends them: the outage's many page series
+    # (burn-rate windows, tiers, classes, engine causes) reach a person as one page, or two when alerts join after
+    # group_interval; every variant is counted through the same routing, and the series are counted apart.
+    slokit = doc["variants"]["slokit"]
+    assert 1 <= slokit["pages"] <= 2 < slokit["page_series"], (slokit["pages"], slokit["page_series"])
+    paged = [n for n in slokit["notifications"] if n["page"]]
+    assert paged[0]["kind"] == "first" and OUTAGE.start <= paged[0]["time"] <= OUTAGE.start + 900, paged
+    fixed = doc["variants"]["fixed-p99"]
+    assert fixed["pages"] <= fixed["page_series"]
+    assert scored["fixed-p99"].pages == sum(1 for n in scored["fixed-p99"].notifications if n.receiver == "page")
+    # Six hours of history: the weekly rates are extrapolated, and the report says so.
+    assert doc["extrapolated"] and abs(slokit["pages_per_week"] - slokit["pages"] * 28) < 0.5
+    assert (
+        "rates per week are extrapolated from 5h59m of history (less than a week: counts x28.1)"
+        in (tmp_path / "backtest.md").read_text()
+    )
     for name in ("backtest.json", "backtest.md", "backtest.html", "alerts.csv"):
         assert (tmp_path / name).stat().st_size > 0
     html = (tmp_path / "backtest.html").read_text()
@@ -219,16 +235,30 @@ def test_incidents_naming_an_unknown_model_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.prometheus
-def test_history_without_the_specs_metrics_exit_2(tmp_path: Path) -> None:
+def test_history_without_the_specs_metrics_exit_3(tmp_path: Path) -> None:
     history = tmp_path / "other.om"
     lines = ["# TYPE http_requests counter"]
     lines += [f'http_requests_total{{code="200"}} {i} {int(END - 3600 + 60 * i)}' for i in range(60)]
     history.write_text("\n".join(lines) + "\n# EOF\n")
     result = runner.invoke(app, ["backtest", str(EXAMPLES / "assistant-vllm.yaml"), "--data", str(history),
                                  "-o", str(tmp_path / "out")])  # fmt: skip
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 3, result.output  # no data: distinct from bad input (2)
     assert "none of the spec's metrics" in result.output and "http_requests_total" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.prometheus
+@pytest.mark.timeout(300)
+def test_history_outside_the_specs_selector_exit_3_naming_what_it_looked_for(history: Path, tmp_path: Path) -> None:
+    # The right metric names in another namespace (a wrong `selector:`): before, 0 pages/week and exit 0.
+    spec = tmp_path / "staging.yaml"
+    spec.write_text((EXAMPLES / "assistant-vllm.yaml").read_text().replace("namespace: prod", "namespace: staging"))
+    result = runner.invoke(app, ["backtest", str(spec), "--data", str(history), "--variant", "slokit",
+                                 "-o", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert "no data" in result.stderr and str(history) in result.stderr
+    assert 'namespace="staging"' in result.stderr and "vllm:time_to_first_token_seconds_bucket{" in result.stderr
+    assert not (tmp_path / "out" / "backtest.json").exists()
 
 
 def test_unknown_variant_and_missing_data_exit_2(tmp_path: Path) -> None:
@@ -298,6 +328,8 @@ def test_cli_reads_a_live_prometheus_and_reports_progress_and_warnings(
     assert "ignoring unknown field(s) ticket" in err
     assert "incident long-ago" in err and "outside the evaluated history" in err
     assert "the history covers 3h, shorter than the" in err and "going on" in err
+    assert "note: rates per week are extrapolated from 3h of history" in result.stdout
+    assert "as alertmanager/assistant-vllm.yaml groups them" in result.stdout
     report = (out / "backtest.md").read_text()
     assert "the history covers 3h, shorter than the" in report and "incident long-ago" in report
     doc = json.loads((out / "backtest.json").read_text())

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from slokit import schema
-from slokit.backtest.incidents import InputError
+from slokit.backtest.incidents import InputError, rfc3339
 from slokit.backtest.recording import Rule, group_offset_ns, write_level
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule
 from slokit.generate.rules import rule_groups
@@ -47,8 +47,9 @@ from slokit.local.prometheus import (
     remote_query,
 )
 from slokit.promql import eq, number, one_of, selector
+from slokit.report.reads import NoDataError, missing_warnings, no_data, spec_reads
 from slokit.spec import Spec
-from slokit.units import format_duration, parse_duration
+from slokit.units import format_duration, parse_duration, prom_duration
 
 ALIGN: Final = 600  # evaluation times are multiples of every group interval (30s, 1m, 2m)
 MAX_POINTS: Final = 10_000  # Prometheus answers at most 11,000 points per series per range query
@@ -258,7 +259,8 @@ def load_openmetrics(path: Path, server: LocalPrometheus, workdir: Path, progres
     except PrometheusError as exc:
         raise InputError(f"{path}: promtool cannot read it as OpenMetrics: {exc}") from None
     if not blocks:
-        raise InputError(f"{path}: no timestamped samples; backtest needs scraped history (`name{{labels}} value ts`)")
+        raise NoDataError(f"no data: {path} holds no timestamped samples; backtest needs scraped history "
+                          "(`name{labels} value ts`)")  # fmt: skip
     return _blocks_range(blocks)
 
 
@@ -308,7 +310,7 @@ def load_remote(url: str, start: float, end: float, spec: Spec, server: LocalPro
             t = upto
         progress(f"read {name} from {url}")
     if not found:
-        raise InputError(f"{url} has none of the spec's metrics between {start:.0f} and {end:.0f}")
+        raise no_data(spec, spec_reads(spec), url, f"between {rfc3339(start)} and {rfc3339(end)}")
     backfill_openmetrics(writer.text(), server.data_dir, workdir=workdir, max_block_duration="24h")
     return start, end
 
@@ -495,7 +497,7 @@ def check_history(spec: Spec, names: set[str], lo: float, hi: float, where: str)
     present = sorted(set(wanted) & set(names))
     if not present:
         other = sorted(names)[:8]
-        raise InputError(
+        raise NoDataError(
             f"{where}: none of the spec's metrics ({spec.source.value} source: {', '.join(wanted[:4])}, ...) "
             f"are in the history; it has {', '.join(other) or 'no series'}{', ...' if len(names) > 8 else ''}. "
             f"Is `source:` right (vllm for vLLM's own /metrics, slokit for slokit's exporter)?"
@@ -516,6 +518,17 @@ def check_history(spec: Spec, names: set[str], lo: float, hi: float, where: str)
             "baseline is absent until a full offset of history is behind it); going on"
         )
     return warnings
+
+
+def check_reads(spec: Spec, server: LocalPrometheus, lo: float, hi: float, where: str) -> list[str]:
+    """Fail (NoDataError) when no series matches any selector the spec's rules read, in its scope (the names can
+    be there for another namespace or job); warn for each selector that matches nothing while others do."""
+    reads = spec_reads(spec)
+    span = prom_duration(max(60.0, hi - lo + 60))
+    found = {r.selector for r in reads if server.query(f"count(last_over_time({r.selector}[{span}]))", hi).samples}
+    if not found:
+        raise no_data(spec, reads, where, f"between {rfc3339(lo)} and {rfc3339(hi)}")
+    return missing_warnings(reads, found, where)
 
 
 def series_names(server: LocalPrometheus, start: float, end: float) -> set[str]:
@@ -578,9 +591,10 @@ def evaluate(
             raise InputError("give --data PATH (OpenMetrics file or TSDB directory) or --prometheus URL")
         server.start(timeout=300)
         if lo == float("inf"):
-            raise InputError(f"{where}: no samples")
+            raise NoDataError(f"no data: {where} holds no samples")
         names = series_names(server, lo, hi)
         warnings = check_history(spec, names, lo, hi, where)
+        warnings[:0] = check_reads(spec, server, lo, hi, where)
         for warning in warnings:
             progress("warning: " + warning)
         start = lo + (-lo) % ALIGN

@@ -6,8 +6,15 @@
   per day per variant), PNGs embedded as data URIs so the file stands alone.
 * alerts.csv: one row per firing interval per variant.
 
+Pages and tickets are notifications: the firing intervals replayed through the generated Alertmanager
+configuration (routes, grouping, timers and inhibitions; slokit.backtest.notify), the same configuration for every
+variant, so one incident's dozen page series count as the one or two notifications a person gets. The firing
+series are counted apart (`page_series`, `ticket_series`). Rates are per week of evaluated history; below a week
+they are extrapolated, and the reports say so.
+
 An alert matches an incident when it names the incident's model (and class, when both name one) and fires between
-the incident's start and GRACE after its end; a page matching no incident is a page outside incidents.
+the incident's start and GRACE after its end; a page matching no incident is a page outside incidents (for a
+notification: none of the alerts it added matches one).
 """
 
 from __future__ import annotations
@@ -24,34 +31,77 @@ from typing import Any, Final
 
 from slokit.backtest.evaluate import Evaluation, Firing, span_text
 from slokit.backtest.incidents import Incident, rfc3339
+from slokit.backtest.notify import AlertmanagerModel, Notification
+from slokit.generate import alertmanager
 from slokit.spec import PERCENTILES, Spec
 from slokit.units import format_duration
 
 GRACE: Final = 900.0  # an alert up to 15 minutes after an incident ends still belongs to it
 FLAP_WINDOW: Final = 1800.0  # the same alert series firing again within 30 minutes of resolving is a flap
 WEEK: Final = 7 * 86400.0
+# Rates from a history shorter than this are called extrapolated: a week less the minutes the evaluation grid
+# trims from a simulated week (its first sample rounded up to 10 minutes, its last down to 30 s).
+EXTRAPOLATED_BELOW: Final = WEEK - 3600.0
 
 
 @dataclass(frozen=True)
 class Scored:
-    """One variant's numbers."""
+    """One variant's numbers: pages and tickets are notifications; `*_series` count firing alert series."""
 
     alerts: list[Firing]
+    notifications: list[Notification]
     pages: int
     tickets: int
     pages_per_week: float
     tickets_per_week: float
+    page_series: int
+    ticket_series: int
+    page_series_per_week: float
+    ticket_series_per_week: float
     flaps: int
     pages_outside_incidents: int
 
 
+def _names(labels: Mapping[str, str], incident: Incident) -> bool:
+    if labels.get("model") != incident.model:
+        return False
+    cls = labels.get("class")
+    return incident.request_class is None or cls is None or cls == incident.request_class
+
+
 def _matches(firing: Firing, incident: Incident) -> bool:
-    if firing.labels.get("model") != incident.model:
-        return False
-    cls = firing.labels.get("class")
-    if incident.request_class is not None and cls is not None and cls != incident.request_class:
-        return False
-    return firing.start < incident.end + GRACE and firing.end > incident.start
+    return _names(firing.labels, incident) and firing.start < incident.end + GRACE and firing.end > incident.start
+
+
+def _notification_matches(notification: Notification, incident: Incident) -> bool:
+    """A notification belongs to an incident when an alert it added (all it carries, for a repeat) names the
+    incident's model (and class) and it was sent between the incident's start and GRACE after its end."""
+    alerts = notification.new or notification.firing
+    return incident.start <= notification.time < incident.end + GRACE and any(_names(a, incident) for a in alerts)
+
+
+def routing(spec: Spec) -> AlertmanagerModel:
+    """The generated Alertmanager configuration (`alertmanager/<service>.yaml`) as a routing model."""
+    return AlertmanagerModel.from_config(alertmanager.config(spec))
+
+
+def notifications(spec: Spec, result: Evaluation, variant: str) -> list[Notification]:
+    """What the generated Alertmanager configuration sends for a variant's firing intervals."""
+    alerts = [(f.labels, f.start, f.end, f.start - c.for_) for c in result.variants[variant]
+              for f in result.alerts.get(c.key, [])]  # fmt: skip
+    return routing(spec).notifications(alerts)
+
+
+def _receiver_is_page(spec: Spec, notification: Notification) -> bool:
+    receivers, page = spec.alerting.receivers, spec.alerting.severity.label("page")
+    if receivers.page != receivers.ticket:
+        return notification.receiver == receivers.page
+    return any(a.get("severity") == page for a in notification.firing)
+
+
+def weeks_of(result: Evaluation) -> float:
+    """The evaluated history in weeks (rates per week divide by it)."""
+    return max((result.end - result.start) / WEEK, 1e-9)
 
 
 def variant_alerts(result: Evaluation, variant: str) -> list[Firing]:
@@ -75,15 +125,20 @@ def flaps(alerts: Sequence[Firing]) -> int:
 def score(spec: Spec, result: Evaluation, incidents: Sequence[Incident]) -> dict[str, Scored]:
     """Variant -> its numbers."""
     page, ticket = spec.alerting.severity.label("page"), spec.alerting.severity.label("ticket")
-    weeks = max((result.end - result.start) / WEEK, 1e-9)
+    weeks = weeks_of(result)
     out = {}
     for variant in result.variants:
         alerts = variant_alerts(result, variant)
-        pages = [f for f in alerts if f.severity == page]
-        tickets = [f for f in alerts if f.severity == ticket]
-        outside = [f for f in pages if not any(_matches(f, i) for i in incidents)]
-        out[variant] = Scored(alerts, len(pages), len(tickets), len(pages) / weeks, len(tickets) / weeks,
-                              flaps(alerts), len(outside))  # fmt: skip
+        page_series = [f for f in alerts if f.severity == page]
+        ticket_series = [f for f in alerts if f.severity == ticket]
+        sent = [n for n in notifications(spec, result, variant) if n.wakes]
+        pages = [n for n in sent if _receiver_is_page(spec, n)]
+        tickets = [n for n in sent if not _receiver_is_page(spec, n)]
+        outside = [n for n in pages if not any(_notification_matches(n, i) for i in incidents)]
+        out[variant] = Scored(
+            alerts, sent, len(pages), len(tickets), len(pages) / weeks, len(tickets) / weeks, len(page_series),
+            len(ticket_series), len(page_series) / weeks, len(ticket_series) / weeks, flaps(alerts), len(outside),
+        )  # fmt: skip
     return out
 
 
@@ -102,19 +157,28 @@ def to_json(
 ) -> dict[str, Any]:
     """The backtest.json document."""
     page = spec.alerting.severity.label("page")
+    span = result.end - result.start
     return {
         "spec": spec.path,
         "service": spec.service,
         "start": result.start,
         "end": result.end,
+        "weeks": round(weeks_of(result), 4),
+        "extrapolated": span < EXTRAPOLATED_BELOW,
+        "routing": alertmanager.path(spec),
         "warnings": list(result.warnings),
         "variants": {
             name: {
                 "alerts": [f.to_data() for f in s.alerts],
+                "notifications": [{**n.to_data(), "page": _receiver_is_page(spec, n)} for n in s.notifications],
                 "pages": s.pages,
                 "tickets": s.tickets,
                 "pages_per_week": round(s.pages_per_week, 3),
                 "tickets_per_week": round(s.tickets_per_week, 3),
+                "page_series": s.page_series,
+                "ticket_series": s.ticket_series,
+                "page_series_per_week": round(s.page_series_per_week, 3),
+                "ticket_series_per_week": round(s.ticket_series_per_week, 3),
                 "flaps": s.flaps,
                 "pages_outside_incidents": s.pages_outside_incidents,
             }
@@ -136,6 +200,24 @@ def to_json(
     }
 
 
+def counting_note(doc: Mapping[str, Any]) -> str:
+    """What a page is in the tables."""
+    return (
+        f"Pages and tickets are the notifications {doc['routing']} sends (its routes, grouping, timers and "
+        "inhibitions, the same for every variant); page and ticket series are the alert series that fired."
+    )
+
+
+def rate_note(doc: Mapping[str, Any]) -> str:
+    """The extrapolation warning for a history shorter than a week ('' for a week or more)."""
+    if not doc["extrapolated"]:
+        return ""
+    return (
+        f"rates per week are extrapolated from {span_text(doc['end'] - doc['start'])} of history (less than a "
+        f"week: counts x{1 / doc['weeks']:.1f}); one incident weighs that much more than in a week of history"
+    )
+
+
 def _after(t: float | None, start: float) -> str:
     if t is None:
         return "—"
@@ -150,9 +232,14 @@ def to_markdown(doc: Mapping[str, Any]) -> str:
              f"({span_text(doc['end'] - doc['start'])}).", ""]  # fmt: skip
     for warning in doc["warnings"]:
         lines.append(f"> warning: {warning}")
-    lines += ["", "| variant | pages/week | tickets/week | flaps | pages outside incidents |", "|---|---|---|---|---|"]
+    lines += ["", counting_note(doc), ""]
+    if doc["extrapolated"]:
+        lines += [f"> {rate_note(doc)}", ""]
+    lines += ["| variant | pages/week | tickets/week | page series/week | ticket series/week | flaps | "
+              "pages outside incidents |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, v in doc["variants"].items():
-        lines.append(f"| {name} | {v['pages_per_week']:.1f} | {v['tickets_per_week']:.1f} | {v['flaps']} | "
+        lines.append(f"| {name} | {v['pages_per_week']:.1f} | {v['tickets_per_week']:.1f} | "
+                     f"{v['page_series_per_week']:.1f} | {v['ticket_series_per_week']:.1f} | {v['flaps']} | "
                      f"{v['pages_outside_incidents']} |")  # fmt: skip
     variants = list(doc["variants"])
     if doc["incidents"]:
@@ -215,13 +302,13 @@ def plots(
     width = 0.8 / max(1, len(variants))
     for n, name in enumerate(variants):
         counts = [0] * days
-        for a in doc["variants"][name]["alerts"]:
-            if a["severity"] == page:
-                counts[min(days - 1, int((a["start"] - result.start) // 86400))] += 1
+        for sent in doc["variants"][name]["notifications"]:
+            if sent["page"]:
+                counts[min(days - 1, int((sent["time"] - result.start) // 86400))] += 1
         ax.bar([d + n * width for d in range(days)], counts, width, label=name)
     ax.set_xticks([d + 0.4 for d in range(days)], [rfc3339(result.start + d * 86400)[:10] for d in range(days)],
                   fontsize=7)  # fmt: skip
-    ax.set_ylabel("pages")
+    ax.set_ylabel("pages (notifications)")
     ax.legend(fontsize=7)
     ax.set_title("Pages per day per variant")
     out.append(("Pages per day per variant", _png(fig)))

@@ -5,6 +5,11 @@ Load drives latency the way queueing does: the median of every SLI rises with ut
 climbs (for a p95 objective, above its threshold) while the objective still holds, which is where a fixed p99
 threshold pages and the error budget does not. Engine gauges follow Little's law (running = rate x service time),
 KV-cache usage follows running, and pods restart now and then (counters reset, a scrape or two missing).
+Decode throughput follows the spec's roofline planner: an engine running b sequences emits b / step(b) tokens/s,
+the planner's expected decode step at that batch (`slokit.plan.roofline`, capped at the batch its KV cache holds),
+slowed by an incident's latency factor, and a wedged engine (an outage) emits a tenth of it; so the report's and
+the runbook's "decode vs planner" reads about 1 in healthy hours and far lower in an outage. A model the planner
+cannot model (no GPU or preset) emits OUTPUT_TOKENS per request.
 
 Incidents of named kinds are injected on top:
 
@@ -21,6 +26,7 @@ same bytes. Metric and label names come from the spec's source table in slokit/s
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,8 +36,9 @@ import numpy as np
 import numpy.typing as npt
 
 from slokit.backtest.incidents import Incident
+from slokit.plan.roofline import PlanError, decode_step, plan_for_model
 from slokit.schema import Sli
-from slokit.spec import PERCENTILES, Spec
+from slokit.spec import PERCENTILES, Model, Spec
 from slokit.units import format_le
 
 STEP: Final = 60  # scrape interval, seconds
@@ -45,6 +52,8 @@ OBSERVATIONS: Final = {Sli.TTFT: 1, Sli.ITL: 60, Sli.TPOT: 1, Sli.E2E: 1}
 SERVICE_SECONDS: Final = 8.0  # mean request duration, for Little's law (running = rate x duration)
 OUTPUT_TOKENS: Final = 200  # mean output tokens per request
 PROMPT_TOKENS: Final = 900
+OUTAGE_DECODE: Final = 0.1  # a wedged engine's decode throughput, relative to the planner's
+DECODE_NOISE: Final = 0.03  # log-normal minute-to-minute spread of decode throughput
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -176,6 +185,29 @@ def _effects(incidents: Sequence[Incident], model: str, times: FloatArray, repli
     return out
 
 
+def decode_rate(spec: Spec, model: Model) -> Callable[[IntArray], FloatArray] | None:
+    """Tokens/s of one engine of `model` at each running batch, as the planner expects it (None: the planner
+    cannot model it). Above the batch the KV cache holds, the step is the one at that batch."""
+    result = None
+    with contextlib.suppress(PlanError):  # a model that does not fit: no expectation, as in the report
+        result = plan_for_model(spec, model)
+    if not result or result.batch_cap < 1:
+        return None
+    inputs, cap = result.inputs, result.batch_cap
+    steps: dict[int, float] = {}
+
+    def rate(running: IntArray) -> FloatArray:
+        out = np.zeros(len(running))
+        for i, b in enumerate(running.tolist()):
+            if b > 0:
+                if b not in steps:
+                    steps[b] = decode_step(inputs, min(b, cap)).expected
+                out[i] = b / steps[b]
+        return out
+
+    return rate
+
+
 def simulate(
     spec: Spec, days: float, end: float, seed: int, incidents: Sequence[Incident] | None, out: TextIO,
     *, replicas: int = 2,
@@ -192,10 +224,13 @@ def simulate(
     def family(name: str, kind: str) -> _Family:
         return families.setdefault(name, _Family(name, kind))
 
+    # Decode noise from its own generator, so the other series are the same draws whatever decode does.
+    decode_rng = np.random.default_rng((seed, 15))
     for model in spec.models:
         classes = list(spec.classes_on(model.name))
         if not classes:
             continue
+        planned = decode_rate(spec, model)
         effects = _effects(chosen, model.name, times, replicas)
         shape = diurnal(times) * effects.traffic
         # Peak weekday utilisation PEAK_UTILISATION; per replica, Little's law sets the request rate.
@@ -241,11 +276,17 @@ def simulate(
                 name = gauge
                 family(name, "gauge").samples.append((name, _Series(base, np.where(present, values, np.nan))))
             preempt = rng.poisson(np.where(over > 0, 30.0, 0.0)).astype(np.float64)
+            if planned is not None:
+                decoded = planned(running.astype(np.int64)) / effects.latency[replica]
+                decoded = np.where(effects.outage, OUTAGE_DECODE * decoded, decoded)
+                tokens = np.round(decoded * STEP * np.exp(decode_rng.normal(0, DECODE_NOISE, n)))
+            else:
+                tokens = requests_per_min * OUTPUT_TOKENS
             for counter, per_min in (
                 (metrics.requests_finished, requests_per_min),
                 (metrics.preemptions, preempt),
                 (metrics.prompt_tokens, requests_per_min * PROMPT_TOKENS),
-                (metrics.generation_tokens, requests_per_min * OUTPUT_TOKENS),
+                (metrics.generation_tokens, tokens),
             ):
                 if counter is None:
                     continue

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_one_spec_or_exit
+from slokit.commands.common import EXIT_FAILED, EXIT_NO_DATA, EXIT_USAGE, load_one_spec_or_exit
 from slokit.commands.paths import check_output_dir, check_output_file, refuse, write_output_file
 from slokit.commands.tools import describe
 from slokit.local.procs import StartError
@@ -114,14 +114,19 @@ def backtest(
 ) -> None:
     """Evaluate the spec's generated rules and alerts over history with the real Prometheus engine.
 
-    Writes OUTPUT/backtest.json, backtest.md, backtest.html (plots) and alerts.csv: pages and tickets per week,
-    flaps, and each incident's first page, for each variant side by side. Progress goes to stderr.
+    Writes OUTPUT/backtest.json, backtest.md, backtest.html (plots) and alerts.csv: pages and tickets per week
+    (notifications as the generated Alertmanager configuration groups them; firing series apart), flaps, and each
+    incident's first page, for each variant side by side. Progress goes to stderr.
+
+    Exit codes: 0 done; 1 Prometheus or promtool failed; 2 bad input; 3 no data (none of the series the spec
+    reads is in the history: the message lists the selectors looked for).
     """
     import tempfile
 
     from slokit.backtest.evaluate import evaluate, stderr_progress
     from slokit.backtest.incidents import InputError, load_incidents, parse_time, range_warnings
-    from slokit.backtest.report import write_reports
+    from slokit.backtest.report import rate_note, write_reports
+    from slokit.report.reads import NoDataError
 
     inputs = [p for p in (spec, data, incidents) if p is not None]
     check_output_dir(output, inputs=inputs, writes=BACKTEST_FILES)
@@ -163,11 +168,18 @@ def backtest(
     except InputError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_USAGE) from None
+    except NoDataError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(EXIT_NO_DATA) from None
     except (PrometheusError, StartError) as exc:
         typer.echo(f"backtest failed: {exc}", err=True)
         raise typer.Exit(EXIT_FAILED) from None
+    typer.echo(f"pages and tickets: notifications as {doc['routing']} groups them; series: alert series that fired")
+    if doc["extrapolated"]:
+        typer.echo(f"note: {rate_note(doc)}")
     for name, v in doc["variants"].items():
         typer.echo(f"{name:10s} pages/week {v['pages_per_week']:6.1f}  tickets/week {v['tickets_per_week']:6.1f}  "
+                   f"(series/week: pages {v['page_series_per_week']:.1f}, tickets {v['ticket_series_per_week']:.1f})  "
                    f"flaps {v['flaps']:3d}  pages outside incidents {v['pages_outside_incidents']}")  # fmt: skip
     typer.echo(f"wrote {output}/backtest.json, backtest.md, backtest.html, alerts.csv")
 

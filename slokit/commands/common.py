@@ -13,6 +13,7 @@ from slokit.spec import Spec, SpecError, SpecIssue, default_spec_path, load_spec
 EXIT_OK = 0
 EXIT_FAILED = 1  # the command ran and found a failure
 EXIT_USAGE = 2  # the input is wrong: bad spec, bad flag
+EXIT_NO_DATA = 3  # report, backtest: none of the series the spec reads exists where they looked (URL, selector)
 
 
 def report_spec_error(error: SpecError) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from slokit.commands.common import EXIT_FAILED, EXIT_USAGE, load_one_spec_or_exit
+from slokit.commands.common import EXIT_FAILED, EXIT_NO_DATA, EXIT_USAGE, load_one_spec_or_exit
 from slokit.commands.paths import check_output_dir
 from slokit.units import DURATION_HELP, DurationError, parse_duration
 
@@ -72,7 +72,8 @@ def report_command(
     """Write the SLO compliance report: per objective attainment, budget, burn rate, tiers, worst windows, alerts.
 
     Exit code 0 when no objective was missed (those without traffic or that cannot be judged print n/a and the
-    notes say why), 1 when one was missed, 2 on bad input.
+    notes say why), 1 when one was missed, 2 on bad input, 3 when none of the series the spec reads exists at
+    --prometheus over the period (a wrong URL or selector; the message lists the selectors looked for).
 
       slokit report slo.yaml --prometheus http://127.0.0.1:9090 --last 7d -o report/
 
@@ -112,11 +113,15 @@ def report_command(
             raise _fail("the period is empty: --from must be before --to")
         from slokit.report import report_from_prometheus
         from slokit.report.prometheus import ReportSourceError
+        from slokit.report.reads import NoDataError
 
         try:
             document, paths = report_from_prometheus(loaded, prometheus, begin, to, output)
         except ReportSourceError as exc:
             raise _fail(str(exc)) from None
+        except NoDataError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(EXIT_NO_DATA) from None
         except OSError as exc:
             raise _write_failed(output, exc) from None
     from slokit.report.render import status_text

@@ -40,6 +40,7 @@ from slokit.report.analyze import (
     WindowRecords,
     indicator_keys,
 )
+from slokit.report.reads import missing_warnings, no_data, spec_reads
 from slokit.schema import Sli
 from slokit.spec import Spec
 from slokit.units import prom_duration
@@ -178,16 +179,28 @@ class PrometheusSource:
     def read(self, start: float, end: float, step: float) -> ReportInput:
         """Everything the report needs over (start, end]."""
         data = ReportInput("prometheus", self.api.url, start, end, step)
-        self._histograms(data)
+        found = self._histograms(data)
         self._signals(data)
+        self._check_found(data, found)
         self._alerts(data)
         self._records(data)
         self._expected(data)
         return data
 
+    def _check_found(self, data: ReportInput, found: set[str]) -> None:
+        """No series of any selector the spec reads: NoDataError (exit 3) naming them; some: a note per missing
+        histogram selector (a model or class not scraped, rather than one without traffic)."""
+        reads = [r for r in spec_reads(self.spec) if r.what.endswith("histogram")]
+        if not found and not any(values for values in data.signals.values()):
+            period = f"from {data.when(data.start)} to {data.when(data.end)}"
+            raise no_data(self.spec, spec_reads(self.spec), self.api.url, period)
+        data.notes.extend(missing_warnings(reads, found, self.api.url))
+
     # -- raw histograms ----------------------------------------------------------------------------------------
-    def _histograms(self, data: ReportInput) -> None:
+    def _histograms(self, data: ReportInput) -> set[str]:
+        """Read every latency histogram; returns the selectors that matched any series."""
         spec = self.spec
+        found: set[str] = set()
         done: set[tuple[str, Sli]] = set()
         for key in indicator_keys(spec):
             if (key.request_class, key.sli) in done:
@@ -199,6 +212,8 @@ class PrometheusSource:
             per_model: dict[str, dict[float, Floats]] = {}
             for term in self.queries.histogram_terms(rc, key.sli, "_bucket"):
                 raw = raw_samples(self.api, term.selector, data.start, data.end, self.progress)
+                if raw:
+                    found.add(term.selector)
                 for labels, points in raw.items():
                     labelmap = dict(labels)
                     le = _le(labelmap.get("le", ""))
@@ -218,6 +233,7 @@ class PrometheusSource:
                 hist = self._histogram(Key(model, rc.name, key.sli), columns, data)
                 if hist is not None:
                     data.histograms[Key(model, rc.name, key.sli)] = hist
+        return found
 
     def _histogram(self, key: Key, columns: Mapping[float, Floats], data: ReportInput) -> Histogram | None:
         if math.inf not in columns:
