@@ -81,8 +81,8 @@ def test_generated_unit_tests_catch_a_broken_rule(tmp_path: Path, promtool_path:
     assert "burn_rate:ratio5m" in text
     # Make the 5m burn rate a thousand times too small: the fast page tier can then never fire.
     broken = text.replace(
-        "/ on (service, model, class, slo) (1 - slokit:objective:ratio",
-        "/ 1000 / on (service, model, class, slo) (1 - slokit:objective:ratio",
+        "/ on (service, class, slo) group_left () (1 - slokit:objective:ratio",
+        "/ 1000 / on (service, class, slo) group_left () (1 - slokit:objective:ratio",
         1,
     )
     assert broken != text
