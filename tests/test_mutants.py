@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from slokit import schema
 from slokit.generate import alerts
 from slokit.generate import mutants as m
 from slokit.generate.model import AlertKind
@@ -110,7 +111,7 @@ def test_generated_tests_kill_a_changed_keep_firing_for_and_a_lowered_engine_cau
     promtool_path: str,
 ) -> None:
     """keep_firing_for halved on an engine cause inside a page and doubled on a tier alert, and the queue
-    threshold of the engine cause lowered: the tests check each alert still firing after its condition clears and
+    threshold (the model's max_num_seqs series) lowered: the tests check each alert still firing after its condition clears and
     resolved keep_firing_for later, and put the engine just under its thresholds while a page fires."""
     spec = _spec("assistant")
     groups = rule_groups(spec)
@@ -123,7 +124,8 @@ def test_generated_tests_kill_a_changed_keep_firing_for_and_a_lowered_engine_cau
                   and x.description.endswith("halved") and x.operator == "keep_firing_for")  # fmt: skip
     doubled = next(x for x in everything if x.rule_name == alerts.NAME_ACCEPTABLE
                    and x.description.endswith("doubled") and x.operator == "keep_firing_for")  # fmt: skip
-    lowered = next(x for x in everything if x.rule_name == alerts.NAME_QUEUE and cause(x)
+    # the queue threshold is the model's max_num_seqs, a parameter series the engine alerts join with
+    lowered = next(x for x in everything if x.rule_name == schema.RECORD_MAX_NUM_SEQS
                    and x.operator == "number" and x.description.endswith("-> 192"))  # fmt: skip
     report = m.run_mutants(spec, 3, mutants=[halved, doubled, lowered])
     assert report.baseline_ok, report.baseline_output
