@@ -111,8 +111,9 @@ def test_generated_tests_kill_a_changed_keep_firing_for_and_a_lowered_engine_cau
     promtool_path: str,
 ) -> None:
     """keep_firing_for halved on an engine cause inside a page and doubled on a tier alert, and the queue
-    threshold (the model's max_num_seqs series) lowered: the tests check each alert still firing after its condition clears and
-    resolved keep_firing_for later, and put the engine just under its thresholds while a page fires."""
+    threshold (the model's max_num_seqs series) lowered: the tests check each alert still firing after its
+    condition clears and resolved keep_firing_for later, and put the engine just under its thresholds while a page
+    fires."""
     spec = _spec("assistant")
     groups = rule_groups(spec)
     everything = m.all_mutants(spec, groups)
