@@ -631,7 +631,12 @@ def _absent_labels(spec: Spec, model: str) -> dict[str, str]:
 
 
 def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
-    rules = [r for r in all_rules if r.kind is AlertKind.ABSENT]
+    """Every served model's latency series missing, present, present at zero traffic. The absent rule asks about
+    every model the spec names (slokit:model_info), so these scenarios hold one `_count` series per model, not
+    only the tested models: a model left out would be reported absent."""
+    if not any(r.kind is AlertKind.ABSENT for r in all_rules):
+        return []
+    rules = [i for r in alerts_mod.alert_rules(spec) if r.kind is AlertKind.ABSENT for i in r.instances()]
     if not rules:
         return []
     minutes = _minutes_for(rules)
