@@ -23,6 +23,8 @@ import yaml
 
 from slokit.generate import alertmanager as generated_config
 from slokit.generate import queries
+from slokit.generate.alerts import alert_instances
+from slokit.generate.model import heading_anchor
 from slokit.local.alertmanager import Alertmanager, start_alertmanager, with_webhooks
 from slokit.local.webhook import Notification, WebhookReceiver
 from slokit.spec import load_spec
@@ -90,10 +92,20 @@ def _from_rules(golden: Mapping[str, str]) -> dict[str, Any]:
     """The one alert rule of the checked-in file whose name and labels are `golden`, as Prometheus would send it:
     its labels (plus the replica labels an engine alert's expression keeps) and its annotations (templates left
     as they are)."""
-    found = [r for r in _rules() if {"alertname": r["alert"], **r["labels"]} == dict(golden)]
+    # A rule is written once for the fleet: its own labels, and model, class and slo from the series it fires on.
+    series = {"model", "class", "slo"}
+    found = [
+        r
+        for r in _rules()
+        if {"alertname": r["alert"], **r["labels"]}.items() <= dict(golden).items()
+        and set(golden) - {"alertname", *r["labels"]} <= series
+    ]
     assert len(found) == 1, f"{len(found)} rules in {RULES.name} with labels {dict(golden)}"
     rule = found[0]
-    labels = {"alertname": rule["alert"], **rule["labels"]}
+    members = {tuple(sorted(i.series_labels().items())) for i in alert_instances(load_spec(SPEC))
+               if i.anchor == heading_anchor(rule["annotations"]["runbook_url"].rsplit("#", 1)[1])}  # fmt: skip
+    assert tuple(sorted((k, v) for k, v in golden.items() if k in series)) in members, f"{dict(golden)} not covered"
+    labels = dict(golden)
     if rule["alert"] in ("SlokitEngineQueueFull", "SlokitKVCacheNearFull", "SlokitEnginePreempting"):
         keys = queries.Queries(load_spec(SPEC)).engine_keys
         labels.update({k: v for k, v in REPLICA.items() if k in keys})
