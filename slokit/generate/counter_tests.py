@@ -34,6 +34,7 @@ from slokit.generate.promtool_tests import (
     _replica,
     record_windows,
     tested_of,
+    timing_groups,
 )
 from slokit.generate.rules import BASE_WINDOW, TILE_LOOKBACK, TILE_SEEN, rule_groups, rules_path
 from slokit.promql import selector
@@ -271,7 +272,10 @@ def unit_tests(spec: Spec) -> dict[str, Any] | None:
         "rule_files": [rules_path(spec).removeprefix("rules/")],
         "evaluation_interval": f"{STEP_S}s",
         "group_eval_order": [g.name for g in rule_groups(spec)],
-        "tests": [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}],
+        "tests": [
+            {"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests},
+            *timing_groups(spec, STEP_S),
+        ],
     }
 
 

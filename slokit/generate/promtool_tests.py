@@ -810,6 +810,56 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     ]  # fmt: skip
 
 
+LONG_HOURS: Final = 26  # past a day, so the 1d window's oldest tile holds data and longer windows all of it
+
+
+def _long_window_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+    """Every window filled past its newest tile: 26 hours of one SLO's requests, each hour at its own rate and
+    share of slow requests, so every tile of every window holds different counts; at the end each window's total
+    and good events equal what the raw counters add up to over it (the whole history for windows longer than it).
+    A tile read at the wrong offset, or one dropped, counts another hour. One SLO stands for all: the tiles are
+    one rule per window for every SLO. Specs whose tests step every minute (the demo's) leave it out: 26 hours of
+    minutes would take long, and their windows are the same rules."""
+    del all_rules
+    step = _STEP.get()
+    slos = [(rc, sli) for rc in spec.classes for sli, slo in rc.slos.items()
+            if slo.objective is not None and slo.metric is None and tested_of(spec, rc)]  # fmt: skip
+    if step < COARSE_STEP or not slos:
+        return []
+    rc, sli = slos[0]
+    objective = rc.slos[sli].objective
+    assert objective is not None
+    model = tested_of(spec, rc)[0]
+    bounds = spec.histogram_buckets(rc, sli)
+    within = [i for i, b in enumerate(bounds) if b <= objective.threshold * (1 + 1e-9)]
+    good = within[-1] if within else 0
+    segments: list[Segment] = []
+    for hour in range(LONG_HOURS):
+        slow = ((hour * 7) % 10) / 20  # 0 to 45% slow, a different share in every hour of a 10-hour cycle
+        rpm = 20.0 * (hour % 3 + 1) + 20.0 * (hour % 5 == 0)  # multiples of 20: whole requests in every bucket
+        segments.append((60, {good: 1 - slow}, rpm))
+    line = _Timeline(bounds, segments)
+    end = LONG_HOURS * 60
+
+    def events(minute: int, upto: int | None) -> float:
+        row = line.cum[max(0, min(minute, line.minutes))]
+        return sum(row if upto is None else row[: upto + 1])
+
+    labels = sorted((k, "=", v) for k, v in _slo_series_labels(spec, model, rc, sli).items())
+    tests = []
+    for window in record_windows(spec, schema.record_sli_total):
+        start = max(0, end - int(parse_duration(window) // 60))
+        for record, upto in ((schema.record_sli_total(window), None), (schema.record_sli_good(window), good)):
+            value = round(events(end, upto) - events(start, upto), 6)
+            tests.append({"expr": selector(record, labels), "eval_time": _dur(end * 60),
+                          "exp_samples": [{"labels": selector(record, labels), "value": value}]})  # fmt: skip
+    inputs = line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
+                         _le_writer(spec, rc, sli))  # fmt: skip
+    name = (f"long windows filled: {LONG_HOURS}h of {rc.name} {sli.value} on {model}, each hour at its own rate and "
+            "share of slow requests; every window's events equal the raw counts at the end")  # fmt: skip
+    return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
+
+
 def _parameter_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """The parameter series the alerts join with hold the numbers the alerts carry as values (each member's burn
     factor, consistency limit, objective and max_num_seqs): a renderer that writes another number fails here."""
@@ -841,6 +891,30 @@ def _parameter_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[s
     return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
 
 
+TIMED_FOR_S: Final = 300  # alerts whose `for` is this long or shorter get the fine-step timing check
+
+
+def timing_groups(spec: Spec, step: int) -> list[dict[str, Any]]:
+    """Every request slow, evaluated every `step` seconds (the counters file's 30s, the short group's interval):
+    each burn-rate, tier and scale-out alert whose `for` is at most 5m is pending one step before `for` has passed
+    and fires at it. The main file steps every 5m, where a 5m `for` and a 2m30s one fire at the same evaluation."""
+    token = _STEP.set(step)
+    try:
+        timed = [r for r in alerts_mod.alert_instances(spec, tested_models(spec))
+                 if r.kind in (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT)
+                 and _for_seconds(r) <= TIMED_FOR_S]  # fmt: skip
+        if not timed:
+            return []
+        slow = _slo_groups(spec, timed)[0]
+    finally:
+        _STEP.reset(token)
+    slow["name"] = (
+        f"alert timing every {step}s: every request slow; each alert with a `for` of at most "
+        f"{prom_duration(TIMED_FOR_S)} is pending one evaluation before `for` has passed and fires at it"
+    )
+    return [slow]
+
+
 def unit_tests(spec: Spec) -> dict[str, Any]:
     """The promtool test file for one spec's rule file (which sits beside it in rules/)."""
     all_rules = alerts_mod.alert_instances(spec, tested_models(spec))
@@ -854,6 +928,7 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
             *_engine_boundary_groups(spec, all_rules), *_consistency_groups(spec, all_rules),
             *_absent_groups(spec, all_rules), *_exporter_gone_groups(spec, all_rules),
             *_failure_groups(spec, all_rules), *_parameter_groups(spec, all_rules),
+            *_long_window_groups(spec, all_rules),
         ]  # fmt: skip
     finally:
         _STEP.reset(token)
