@@ -163,3 +163,20 @@ def test_generate_all_reports_each_part_of_each_spec_once_past_the_quiet_time() 
     parts = [line.split(": ", 1)[1].split(" done")[0] for line in lines]
     assert parts == ["rules and alerts", "promtool tests", "counters tests", "dashboards", "runbook",
                      "Kubernetes objects", "Alertmanager routing"]  # fmt: skip
+
+
+def test_slokit_generate_prints_progress_on_stderr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI passes generate_all's progress to stderr (the quiet time set to 0 here, so that a fast machine
+    prints it too), and its stdout keeps only the list of files written."""
+    from typer.testing import CliRunner
+
+    import slokit.generate as generate
+    from slokit.cli import app
+
+    monkeypatch.setattr(generate, "QUIET_FOR_S", 0.0)
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(fleet_spec_yaml(4, "vllm"))
+    result = CliRunner().invoke(app, ["generate", str(spec), "-o", str(tmp_path / "out"), "--no-promtool"])
+    assert result.exit_code == 0, result.output
+    assert "generating fleet: promtool tests done" in result.stderr
+    assert "generating" not in result.stdout

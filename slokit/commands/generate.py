@@ -95,7 +95,7 @@ def generate(
     check_sizes_or_exit(loaded)
     print_scrape_warnings(loaded)
     try:
-        files = generate_all(loaded, engine)
+        files = generate_all(loaded, engine, progress=lambda line: typer.echo(line, err=True))
     except GenerateError as error:
         typer.echo(str(error), err=True)
         raise typer.Exit(EXIT_USAGE) from None
