@@ -51,8 +51,8 @@ class Member:
     """One (model, class, SLO) an alert rule covers, and the values its condition holds for it.
 
     A rule is written once for the fleet; its members say whom it covers and with which numbers (a burn factor,
-    a tier threshold, a limit, a model's `max_num_seqs`), so tests, the runbook and the backtest read the numbers
-    from here and never from the PromQL text.
+    a tier threshold, a limit, a model's `max_num_seqs`), so the generated tests, the runbook and the demo read
+    the numbers from here and never from the PromQL text.
     """
 
     model: str
