@@ -323,7 +323,7 @@ def _service(spec: Spec) -> Matcher:
 
 
 def _recorded(spec: Spec, record: str, extra: Sequence[Matcher] = ()) -> str:
-    return selector(record, [_service(spec), *extra])
+    return queries.Queries(spec).recorded(record, extra=extra)
 
 
 def _burn_key(tier: BurnTier) -> tuple[str, float, float, float, bool]:

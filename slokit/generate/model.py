@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from slokit.schema import Sli
+from slokit.schema import RULE_LABEL_CLASS, RULE_LABEL_MODEL, RULE_LABEL_SLO, Sli
 
 
 class AlertKind(StrEnum):
@@ -62,11 +62,11 @@ class Member:
 
     def labels(self) -> dict[str, str]:
         """The series labels this member's alerts carry (model, and class and slo where they apply)."""
-        labels = {"model": self.model}
+        labels = {RULE_LABEL_MODEL: self.model}
         if self.request_class is not None:
-            labels["class"] = self.request_class
+            labels[RULE_LABEL_CLASS] = self.request_class
         if self.sli is not None:
-            labels["slo"] = self.sli.value
+            labels[RULE_LABEL_SLO] = self.sli.value
         return labels
 
 

@@ -66,10 +66,8 @@ MEDIUM_INTERVAL: Final = 60.0
 LONG_INTERVAL: Final = 120.0
 
 SLO_LABELS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
-# An objective is per class and SLI; every model of the class reads the one series.
-ON_OBJECTIVE: Final = (
-    f"on ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_CLASS}, {schema.RULE_LABEL_SLO}) group_left ()"
-)
+# An objective is per class and SLI; every model of the class reads the one series (the alerts' parameter join).
+ON_OBJECTIVE: Final = alerts.ON_PARAMS
 
 
 @dataclass(frozen=True)
