@@ -20,11 +20,11 @@ the windows slokit records (5m, 10m, 30m, 1h, 2h, 6h, 1d, 3d and the 28d SLO win
 * naive: every window as `increase()` over the raw +Inf and threshold buckets, and (total - good) / total.
 * Sloth-shaped: every window but the SLO window as 1 - good rate / total rate over the raw buckets, the SLO window
   as the mean of the recorded 5m ratios (`sum_over_time / count_over_time`), as Sloth writes it.
-* slokit: the generated `sli-short`, `sli-medium` and `sli-long` groups (bucket rates, the 5m base window of
-  sample deltas, every longer window tiled from recorded shorter ones with `offset`, ratios, burn rates, budget,
-  scale-out) without the dashboard quantiles and request rates, and the records of the `parameters` group they read
-  (the objective per class, which the burn rates join `on (service, class, slo)`). These rules are written once for
-  all models: their number grows with the classes, not the models.
+* slokit: the generated `latency`, `sli-short`, `sli-medium` and `sli-long` groups (bucket rates and scale-out every
+  1m, the 5m base window of sample deltas, every longer window tiled from recorded shorter ones with `offset`,
+  ratios, burn rates, budget) without the dashboard quantiles and request rates, and the records of the
+  `parameters` group they read (the objective per class, which the burn rates join `on (service, class, slo)`).
+  These rules are written once for all models: their number grows with the classes, not the models.
 
 Evaluation is by that Prometheus, one dependency level at a time (a level reads only the levels below it): each
 rule is a range query at its group's interval, aligned to the group's phase (fixed per group name, as Prometheus
@@ -326,16 +326,17 @@ class Entry:
 
 
 def slokit_entries(spec: Spec) -> list[Entry]:
-    """The generated `sli-short`, `sli-medium` and `sli-long` rules but dashboard quantiles and request rates, and the
-    records of the `parameters` group they read (the objective per class, which the burn rates join `on (service,
-    class, slo)`); the parameters the alerts alone read (burn factors, per-model facts) are left out with them."""
+    """The generated `latency`, `sli-short`, `sli-medium` and `sli-long` rules but dashboard quantiles and request
+    rates, and the records of the `parameters` group they read (the objective per class, which the burn rates join
+    `on (service, class, slo)`); the parameters the alerts alone read (burn factors, per-model facts) are left out
+    with them."""
     out, parameters = [], []
     for g in rule_groups(spec):
         interval = parse_duration(g.interval)
         rules = [r for r in g.rules if isinstance(r, RecordingRule)]
         if g.name.endswith("-parameters"):
             parameters += [Entry("slokit", g.name, interval, r) for r in rules]
-        elif g.name.endswith(("sli-short", "sli-medium", "sli-long")):
+        elif g.name.endswith(("latency", "sli-short", "sli-medium", "sli-long")):
             out += [Entry("slokit", g.name, interval, r) for r in rules
                     if "quantile" not in r.record and "requests" not in r.record]  # fmt: skip
     read = {p.rule.record for p in parameters if any(reads(e.rule.expr, p.rule.record) for e in out)}

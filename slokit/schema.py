@@ -613,6 +613,9 @@ RECORD_EXPECTED_DECODE_TOKENS: Final = "slokit:expected_decode_tokens_per_second
 # facts). They carry the labels their rule writes (service, class, slo; long, short and severity on burn factors).
 RECORD_BURN_THRESHOLD: Final = "slokit:burn_rate:threshold"  # the burn factor a tier fires above, per objective
 RECORD_CONSISTENCY_LIMIT: Final = "slokit:latency_p99_over_p50:limit"  # the spec's max_p99_over_p50, per SLO
+# A bucket boundary of a consistency SLO's histogram in seconds, per `le` spelling: the consistency bounds join
+# the recorded bucket shares with it, so one term covers every boundary of every class.
+RECORD_BUCKET_BOUND: Final = "slokit:latency_bucket:le_seconds"
 RECORD_MAX_NUM_SEQS: Final = "slokit:max_num_seqs"  # the engine's --max-num-seqs, per model
 RECORD_MODEL_INFO: Final = "slokit:model_info"  # 1 per model of the spec; `served` says whether a class uses it
 RULE_LABEL_LONG: Final = "long"  # a burn-rate tier's long window (`1h`), on its alerts and its factors

@@ -361,6 +361,26 @@ def tested_of(spec: Spec, rc: RequestClass) -> list[str]:
     return [m for m in rc.models if m in tested]
 
 
+# Scenarios longer than this cover two classes per SLI (see representative), not every class.
+LONG_SCENARIO_MINUTES: Final = 60
+
+
+def representative(slos: Sequence[tuple[RequestClass, Sli, str]]) -> list[tuple[RequestClass, Sli, str]]:
+    """The SLOs a long scenario writes series for: per SLI, its first two classes (with every tested model of them).
+
+    Only the 5m records (tiles, bucket rates) hold a term per class and threshold; every longer window, ratio, burn
+    rate and alert is one term over all classes, joined with per-class parameters. A long scenario therefore tests
+    the same terms with two classes as with all of them, and the short scenarios (5m windows, the outage, the fast
+    pages) still write every class. Two classes, and two models in the first classes, keep a term that mixes classes
+    or models failing; the time of the long scenarios no longer grows with the classes."""
+    chosen: dict[Sli, list[str]] = {}
+    for rc, sli, _ in slos:
+        names = chosen.setdefault(sli, [])
+        if rc.name not in names and len(names) < 2:
+            names.append(rc.name)
+    return [(rc, sli, m) for rc, sli, m in slos if rc.name in chosen[sli]]
+
+
 def _tested_specs(spec: Spec) -> list[Any]:
     tested = set(tested_models(spec))
     return [m for m in spec.models if m.name in tested]
@@ -1300,7 +1320,8 @@ def _boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         inputs: list[dict[str, str]] = []
         length = max(sum(s[0] for s in p[name]) for p in per_slo.values() if name in p)
         seen: set[tuple[str, str]] = set()
-        for rc, sli, model in slos:
+        having = [(rc, sli, m) for rc, sli, m in slos if name in per_slo[(m, rc.name, sli)]]
+        for rc, sli, model in representative(having) if length > LONG_SCENARIO_MINUTES else having:
             segs = list(per_slo[(model, rc.name, sli)].get(name, []))
             if not segs:
                 continue
@@ -1511,6 +1532,12 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     rules = [r for r in all_rules if r.kind is AlertKind.BASELINE]
     if not rules:
         return []
+    # a day of history and more: two classes per SLI (see representative)
+    classes = {rc.name: rc for rc in spec.classes}
+    keep = representative([(classes[r.request_class], r.sli, r.model) for r in rules
+                           if r.request_class is not None and r.sli is not None and r.model is not None])  # fmt: skip
+    kept = {(rc.name, sli, m) for rc, sli, m in keep}
+    rules = [r for r in rules if (r.request_class, r.sli, r.model) in kept]
     base = spec.alerting.baseline
     history = int(base.offset // 60)
     step = _STEP.get()

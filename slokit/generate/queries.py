@@ -29,6 +29,10 @@ class RawTerm:
 
     models: tuple[str, ...]
     selector: str
+    # The same series where something else already keeps exactly `selector`'s (the 5m tiles join every raw read
+    # with the counter record): without the model-set matcher where the class label narrows the series anyway,
+    # since a long alternation of model names is costly to match on every evaluation.
+    lookup: str = ""
 
 
 class Queries:
@@ -81,13 +85,16 @@ class Queries:
             groups.setdefault(key, []).append(name)
         terms = []
         for key, group in groups.items():
-            matchers: list[Matcher] = [*promql.labels_matchers(dict(key))]
+            scope: list[Matcher] = [*promql.labels_matchers(dict(key))]
+            model: list[Matcher] = []
             if self.metrics.model_label is not None:  # None (TGI): the spec's one model, by its scope alone
-                matchers.append(one_of(self.metrics.model_label, group))
+                model.append(one_of(self.metrics.model_label, group))
+            narrowed: list[Matcher] = []
             if request_class is not None and self.metrics.class_label is not None:
-                matchers.append(eq(self.metrics.class_label, request_class.name))
-            matchers.extend(extra)
-            terms.append(RawTerm(tuple(group), promql.selector(metric, matchers)))
+                narrowed.append(eq(self.metrics.class_label, request_class.name))
+            selector = promql.selector(metric, [*scope, *model, *narrowed, *extra])
+            lookup = promql.selector(metric, [*scope, *narrowed, *extra]) if narrowed and len(group) > 1 else selector
+            terms.append(RawTerm(tuple(group), selector, lookup))
         return terms
 
     def histogram_terms(
@@ -111,7 +118,13 @@ class Queries:
         terms = []
         for group in groups.values():
             matchers = self.histogram_matchers(request_class, sli, group, with_class)
-            terms.append(RawTerm(tuple(group), promql.selector(hist.name + suffix, [*matchers, *extra])))
+            selector = promql.selector(hist.name + suffix, [*matchers, *extra])
+            lookup = selector
+            if hist.model_label is not None and hist.class_label is not None and with_class and len(group) > 1:
+                lookup = promql.selector(
+                    hist.name + suffix, [m for m in [*matchers, *extra] if m[0] != hist.model_label]
+                )
+            terms.append(RawTerm(tuple(group), selector, lookup))
         return terms
 
     def histogram_matchers(

@@ -66,6 +66,8 @@ MEDIUM_INTERVAL: Final = 60.0
 LONG_INTERVAL: Final = 120.0
 
 SLO_LABELS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
+# What a bucket boundary record is keyed by: its SLO (no model: every model of a class shares the histogram) and `le`.
+BOUND_LABELS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO, "le")
 # An objective is per class and SLI; every model of the class reads the one series (the alerts' parameter join).
 ON_OBJECTIVE: Final = alerts.ON_PARAMS
 
@@ -293,11 +295,13 @@ class Tiles:
         head = selector(schema.RECORD_COUNTER_LAST, own)
         return f"{head[:-1]},{inner}}}" if inner else head
 
-    def delta(self, raw: str) -> str:
-        """The per-series, reset-aware sample delta of a counter selector over the last BASE_WINDOW."""
-        self.raws[raw] = None
+    def delta(self, term: queries.RawTerm) -> str:
+        """The per-series, reset-aware sample delta of a counter's raw term over the last BASE_WINDOW. The counter
+        record holds exactly the term's series and every branch joins with it, so the raw reads use its `lookup`."""
+        self.raws[term.selector] = None
         base = prom_duration(BASE_WINDOW)
-        cur = self._recorded(raw)
+        cur = self._recorded(term.selector)
+        raw = term.lookup or term.selector
         own = f"ignoring ({schema.RULE_LABEL_COUNTER_SERVICE}, {schema.RULE_LABEL_COUNTER})"
         step = prom_duration(TILE_SEEN_STEP)
         # 5m ago as recorded then; where nothing was recorded then (Prometheus itself was down), the raw series'
@@ -471,6 +475,7 @@ def parameter_rules(spec: Spec) -> list[RecordingRule]:
     ]
     rules += [_constant(schema.RECORD_CONSISTENCY_LIMIT, labels, limit)
               for labels, limit in alerts.consistency_limits(spec)]  # fmt: skip
+    rules += [_constant(schema.RECORD_BUCKET_BOUND, labels, bound) for labels, bound in bucket_bounds(spec)]
     served = set(alerts.served_models(spec))
     for model in spec.models:
         labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_MODEL: model.name}
@@ -485,7 +490,12 @@ def parameter_rules(spec: Spec) -> list[RecordingRule]:
 # good ones) of their class's TTFT and E2E SLIs, from the failure counter on the side the SLO's histogram is measured
 # at (frontend or engine), so no request is counted twice. A missing counter leaves the total as it was.
 # ==============================================================================================================
-def failure_terms(spec: Spec, rc: RequestClass, sli: Sli, delta: Callable[[str], str]) -> list[str]:
+def _on_selector(read: Callable[[str], str]) -> Callable[[queries.RawTerm], str]:
+    """A reader of raw selectors as a reader of raw terms (their exact selector)."""
+    return lambda term: read(term.selector)
+
+
+def failure_terms(spec: Spec, rc: RequestClass, sli: Sli, delta: Callable[[queries.RawTerm], str]) -> list[str]:
     """`delta(raw)` summed per model and class (slo written on) over the failure counter one SLO reads; empty when
     the SLO reads a histogram of its own (`metric:`) or the source counts no failures for this SLI."""
     slo = rc.slos[sli]
@@ -498,8 +508,8 @@ def failure_terms(spec: Spec, rc: RequestClass, sli: Sli, delta: Callable[[str],
     extra = [eq(schema.FRONTEND_STREAM_LABEL, "true")] if stream else []
     group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if metrics.class_label else [])
     return [
-        _with_slo(sli, _with_class(spec, rc, _aggregate(spec, "sum", delta(raw), group)))
-        for raw in _raws(spec, metric, rc.models, rc, extra)
+        _with_slo(sli, _with_class(spec, rc, _aggregate(spec, "sum", delta(term), group)))
+        for term in queries.Queries(spec).raw_terms(metric, rc.models, rc, extra)
     ]
 
 
@@ -525,13 +535,14 @@ def _base_window_rules(spec: Spec) -> list[RecordingRule]:
     for rc, sli in _objective_slos(spec):
         objective = rc.slos[sli].objective
         assert objective is not None
+        q = queries.Queries(spec)
         events = [
-            _with_slo(sli, _histogram_sum(spec, rc, sli, tiles.delta(raw), group))
-            for raw in _histogram_raws(spec, rc, sli, "_bucket", [INF_MATCHER])
+            _with_slo(sli, _histogram_sum(spec, rc, sli, tiles.delta(term), group))
+            for term in q.histogram_terms(rc, sli, "_bucket", [INF_MATCHER])
         ]
         totals.append(with_failures(events, failure_terms(spec, rc, sli, tiles.delta)))
-        for raw in _histogram_raws(spec, rc, sli, "_bucket", [threshold_le(spec, rc, sli, objective.threshold)]):
-            goods.append(_with_slo(sli, _histogram_sum(spec, rc, sli, tiles.delta(raw), group)))
+        for term in q.histogram_terms(rc, sli, "_bucket", [threshold_le(spec, rc, sli, objective.threshold)]):
+            goods.append(_with_slo(sli, _histogram_sum(spec, rc, sli, tiles.delta(term), group)))
     labels = {schema.RULE_LABEL_SERVICE: spec.service}
     return [
         tiles.counter_rule(),
@@ -568,7 +579,7 @@ def _raw_window(name: Callable[[str], str], spec: Spec, plan: WindowPlan) -> Rec
             _with_slo(sli, _histogram_sum(spec, rc, sli, increase(raw), group))
             for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher])
         ]
-        terms.append(with_failures(events, failure_terms(spec, rc, sli, increase) if total else []))
+        terms.append(with_failures(events, failure_terms(spec, rc, sli, _on_selector(increase)) if total else []))
     return RecordingRule(name(w(plan.window)), _union(terms), {schema.RULE_LABEL_SERVICE: spec.service})
 
 
@@ -589,7 +600,7 @@ def _vm_raw(name: Callable[[str], str], spec: Spec, window: float, only: tuple[s
             for raw in _histogram_raws(spec, rc, sli, "_bucket", [matcher])
         ]
         # Requests that failed before their first token are bad events in the total, as in the Prometheus rules.
-        terms.append(with_failures(events, failure_terms(spec, rc, sli, increase) if total else []))
+        terms.append(with_failures(events, failure_terms(spec, rc, sli, _on_selector(increase)) if total else []))
     service = promql.quote(spec.service)
     return f'label_replace(\n  {_union(terms)},\n  "{schema.RULE_LABEL_SERVICE}", {service}, "", ""\n)'
 
@@ -722,27 +733,57 @@ def _baseline_rule(spec: Spec) -> RecordingRule:
     return RecordingRule(schema.RECORD_P99_BASELINE, expr)
 
 
-def _edge(spec: Spec, rc: RequestClass, sli: Sli, q: float, *, upper: bool) -> str:
+def _consistency_matchers(spec: Spec) -> list[Matcher]:
+    """The bucket-rate series of every consistency SLO: its classes and SLIs (a pair outside the spec's SLOs that
+    these also pick is dropped by the join with the bound or limit parameters)."""
+    slos = consistency_slos(spec)
+    return [
+        _service(spec),
+        one_of(schema.RULE_LABEL_CLASS, sorted({rc.name for rc, _ in slos})),
+        one_of(schema.RULE_LABEL_SLO, sorted({sli.value for _, sli in slos})),
+    ]
+
+
+def _edge(spec: Spec, q: float, *, upper: bool) -> str:
     """The lower (or upper) edge of the bucket holding quantile `q`, per SLO, from bucket counts only.
 
     `p_q > b` exactly when fewer than q of the requests took b or less. The lower edge is the largest boundary with
-    that share below q (0 if none), the upper edge the smallest boundary with the share at or above q. Each
-    boundary is one term; `or` keeps the first term present per series, so the terms are ordered to make the first
-    present one the answer.
+    that share below q (0 if none), the upper edge the smallest boundary with the share at or above q. The share of
+    every bucket is joined with its boundary in seconds (schema.RECORD_BUCKET_BOUND), so one term covers every
+    boundary of every class: the term count does not grow with the buckets or the classes.
     """
-    base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value)]
+    matchers = _consistency_matchers(spec)
     by = promql.by(SLO_LABELS)
-    total = f"sum {by} ({selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, INF_MATCHER])})"
-    bounds = sorted(spec.histogram_buckets(rc, sli), reverse=not upper)
-    terms = []
-    for bound in bounds:
-        le = threshold_le(spec, rc, sli, bound)
-        share = f"sum {by} ({selector(schema.RECORD_LATENCY_BUCKET_RATE, [*base, le])}) / {total}"
-        test = f">= {number(q)}" if upper else f"< {number(q)}"
-        terms.append(f"({share} {test}) * 0 + {number(bound)}")
-    if not upper:
-        terms.append(f"({total} > 0) * 0")  # every request under the lowest boundary: the lower edge is 0
-    return "(\n    " + "\n  or\n    ".join(terms) + "\n  )"
+    by_le = promql.by([*SLO_LABELS, "le"])
+    total = f"sum {by} ({selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, INF_MATCHER])})"
+    buckets = selector(schema.RECORD_LATENCY_BUCKET_RATE, matchers)
+    share = f"sum {by_le} ({buckets}) / on ({', '.join(SLO_LABELS)}) group_left () {total}"
+    test = f">= {number(q)}" if upper else f"< {number(q)}"
+    on_le = f"on ({', '.join(BOUND_LABELS)}) group_left ()"
+    bound = selector(schema.RECORD_BUCKET_BOUND, [_service(spec)])
+    edge = f"{'min' if upper else 'max'} {by} (({share} {test}) * 0 + {on_le} {bound})"
+    if upper:
+        return f"(\n    {edge}\n  )"
+    # every request under the lowest boundary: the lower edge is 0
+    return f"(\n    {edge}\n  or\n    ({total} > 0) * 0\n  )"
+
+
+def consistency_slos(spec: Spec) -> list[tuple[RequestClass, Sli]]:
+    """The SLOs with a consistency objective, in spec order."""
+    return [(rc, sli) for rc in spec.classes for sli, slo in rc.slos.items() if slo.consistency is not None]
+
+
+def bucket_bounds(spec: Spec) -> list[tuple[dict[str, str], float]]:
+    """Every boundary of each consistency SLO's histogram as (labels, seconds), once per `le` spelling."""
+    out = []
+    for rc, sli in consistency_slos(spec):
+        hist = spec.histogram(rc, sli)
+        for bound in spec.histogram_buckets(rc, sli):
+            for spelling in promql.le_spellings(hist.le_for(bound)):
+                labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_CLASS: rc.name,
+                          schema.RULE_LABEL_SLO: sli.value, "le": spelling}  # fmt: skip
+                out.append((labels, bound))
+    return out
 
 
 def _consistency_rules(spec: Spec) -> list[RecordingRule]:
@@ -750,33 +791,26 @@ def _consistency_rules(spec: Spec) -> list[RecordingRule]:
 
     The true p99 lies in (lower edge, upper edge] of its bucket, and so does p50, so p99/p50 lies between
     lower(p99)/upper(p50) and upper(p99)/lower(p50). Only the lower bound above the limit proves inconsistency.
-    Both need alerting.min_requests requests in the 5m window.
+    Both need alerting.min_requests requests in the 5m window. Each is one term for every consistency SLO.
     """
-    terms, lowers, uppers = [], [], []
-    on = f"on ({', '.join(SLO_LABELS)})"
-    for rc in spec.classes:
-        for sli, slo in rc.slos.items():
-            if slo.consistency is None:
-                continue
-            base = [_service(spec), eq(schema.RULE_LABEL_CLASS, rc.name), eq(schema.RULE_LABEL_SLO, sli.value)]
-            p99 = selector(schema.RECORD_LATENCY_QUANTILE, [*base, eq("quantile", "0.99")])
-            p50 = selector(schema.RECORD_LATENCY_QUANTILE, [*base, eq("quantile", "0.5")])
-            terms.append(f"max without (quantile) ({p99}) / max without (quantile) ({p50} > 0)")
-            guard = alerts.traffic_guard(spec, base)
-            lowers.append(
-                f"{_edge(spec, rc, sli, 0.99, upper=False)}\n/ {on}\n{_edge(spec, rc, sli, 0.5, upper=True)}\n"
-                f"and {on}\n{guard}"
-            )
-            uppers.append(
-                f"{_edge(spec, rc, sli, 0.99, upper=True)}\n/ {on}\n({_edge(spec, rc, sli, 0.5, upper=False)} > 0)\n"
-                f"and {on}\n{guard}"
-            )
-    if not terms:
+    if not consistency_slos(spec):
         return []
+    on = f"on ({', '.join(SLO_LABELS)})"
+    matchers = _consistency_matchers(spec)
+    p99 = selector(schema.RECORD_LATENCY_QUANTILE, [*matchers, eq("quantile", "0.99")])
+    p50 = selector(schema.RECORD_LATENCY_QUANTILE, [*matchers, eq("quantile", "0.5")])
+    limit = selector(schema.RECORD_CONSISTENCY_LIMIT, [_service(spec)])
+    ratio = (
+        f"max without (quantile) ({p99}) / max without (quantile) ({p50} > 0)\n"
+        f"and on ({', '.join(BOUND_LABELS[:-1])}) {limit}"
+    )
+    guard = alerts.traffic_guard(spec, matchers)
+    lower = f"{_edge(spec, 0.99, upper=False)}\n/ {on}\n{_edge(spec, 0.5, upper=True)}\nand {on}\n{guard}"
+    upper = f"{_edge(spec, 0.99, upper=True)}\n/ {on}\n({_edge(spec, 0.5, upper=False)} > 0)\nand {on}\n{guard}"
     return [
-        RecordingRule(schema.RECORD_CONSISTENCY, _union(terms)),
-        RecordingRule(schema.RECORD_CONSISTENCY_LOWER, _union(lowers)),
-        RecordingRule(schema.RECORD_CONSISTENCY_UPPER, _union(uppers)),
+        RecordingRule(schema.RECORD_CONSISTENCY, ratio),
+        RecordingRule(schema.RECORD_CONSISTENCY_LOWER, lower),
+        RecordingRule(schema.RECORD_CONSISTENCY_UPPER, upper),
     ]
 
 
@@ -849,11 +883,15 @@ def group_name(spec: Spec, part: str) -> str:
 
 def recording_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
     """The recording-rule groups, in dependency order inside each group."""
-    short: list[RecordingRule] = [
+    # Bucket rates and what reads them (quantiles, tiers' inputs, consistency, scale-out) every minute: the bucket
+    # rates read every bucket of every histogram, the costliest rule by far, and nothing they feed needs 30s
+    # resolution (their alerts hold for 5 minutes or more).
+    latency: list[RecordingRule] = [
         *_bucket_rate_rules(spec),
         *_request_rate_rules(spec),
         *_quantile_rules(spec),
     ]
+    short: list[RecordingRule] = []
     medium: list[RecordingRule] = []
     long: list[RecordingRule] = []
     target = {SHORT_INTERVAL: short, MEDIUM_INTERVAL: medium, LONG_INTERVAL: long}
@@ -866,13 +904,14 @@ def recording_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
                 target[plan.interval].extend(_window_rules(spec, plan))
         budget = _vm_budget_rule(spec, plans) if engine is Engine.VICTORIAMETRICS else _budget_rule(spec)
         target[window_interval(spec.window)].append(budget)
-    short.extend(_consistency_rules(spec))
-    short.extend(_scale_out_rules(spec))
+    latency.extend(_consistency_rules(spec))
+    latency.extend(_scale_out_rules(spec))
     engine_rules = [*_engine_rules(spec), *_expected_decode_rules(spec)]
     baseline = [_baseline_rule(spec)]
     fields = group_fields(engine)
     groups = [
         RuleGroup(group_name(spec, "parameters"), prom_duration(MEDIUM_INTERVAL), tuple(parameter_rules(spec)), fields),
+        RuleGroup(group_name(spec, "latency"), prom_duration(MEDIUM_INTERVAL), tuple(latency), fields),
         RuleGroup(group_name(spec, "sli-short"), prom_duration(SHORT_INTERVAL), tuple(short), fields),
         RuleGroup(group_name(spec, "sli-medium"), prom_duration(MEDIUM_INTERVAL), tuple(medium), fields),
         RuleGroup(group_name(spec, "sli-long"), prom_duration(LONG_INTERVAL), tuple(long), fields),

@@ -543,8 +543,11 @@ def check_rule_files(paths: Iterable[Path]) -> ToolResult:
     return promtool("check", "rules", *(str(p) for p in paths))
 
 
-def run_rule_tests(paths: Iterable[Path]) -> ToolResult:
-    """`promtool test rules` on unit-test files (rule_files inside them are relative to each test file)."""
+def run_rule_tests(paths: Iterable[Path], timeout: float = 1200.0) -> ToolResult:
+    """`promtool test rules` on unit-test files (rule_files inside them are relative to each test file).
+
+    A spec's generated tests take one to two minutes on an idle 2-core machine; the limit leaves room for a busy
+    one, where they have taken over five."""
     paths = list(paths)
     cwd = paths[0].parent if paths else None
-    return promtool("test", "rules", *(str(p.resolve()) for p in paths), cwd=cwd)
+    return promtool("test", "rules", *(str(p.resolve()) for p in paths), cwd=cwd, timeout=timeout)
