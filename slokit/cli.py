@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from slokit import __version__
-from slokit.commands import backtest, demo, exporter, generate, interop, plan, probe, report, spec_commands
+from slokit.commands import autoscale, backtest, demo, exporter, generate, interop, plan, probe, report, spec_commands
 
 app = typer.Typer(
     name="slokit",
@@ -44,7 +44,7 @@ def _root(
     """Latency SLOs for LLM serving."""
 
 
-for module in (spec_commands, generate, interop, exporter, probe, plan, report, demo, backtest):
+for module in (spec_commands, generate, interop, exporter, probe, plan, report, demo, backtest, autoscale):
     module.register(app)
 
 

@@ -602,6 +602,11 @@ RECORD_CONSISTENCY_UPPER: Final = "slokit:latency_p99_over_p50:upper_bound5m"
 RECORD_SCALE_OUT: Final = "slokit:scale_out:ratio"
 # The scale-out record as prometheus-adapter exposes it on the external metrics API (colons are not allowed there).
 EXTERNAL_SCALE_OUT_METRIC: Final = "slokit_scale_out_ratio"
+# The predictive autoscaling signal (slokit/generate/autoscale.py): requests/s one engine of a model carries within the
+# objectives (a per-model fact), the model's finished-request rate over 1m, and the replicas it should run.
+RECORD_AUTOSCALE_CAPACITY: Final = "slokit:autoscale_capacity:rps"
+RECORD_AUTOSCALE_RATE: Final = "slokit:autoscale_requests:rate1m"
+RECORD_AUTOSCALE_DESIRED: Final = "slokit:autoscale_replicas:desired"
 RECORD_QUEUE_WAITING: Final = "slokit_engine:requests_waiting:max1m"
 RECORD_QUEUE_RUNNING: Final = "slokit_engine:requests_running:max1m"
 RECORD_KV_CACHE_USAGE: Final = "slokit_engine:kv_cache_usage:ratio"

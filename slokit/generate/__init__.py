@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from slokit.generate import alertmanager, counter_tests, dashboards, k8s, promtool_tests, rules, runbook
+from slokit.generate import alertmanager, autoscale, counter_tests, dashboards, k8s, promtool_tests, rules, runbook
 from slokit.generate.engines import DEFAULT, Engine
 from slokit.generate.writer import render
 from slokit.spec import Spec
@@ -27,6 +27,7 @@ GENERATORS: tuple[Generator, ...] = (
     runbook.files,
     k8s.files,
     alertmanager.files,
+    autoscale.files,
 )
 
 
@@ -41,7 +42,7 @@ def _generators(engine: Engine) -> tuple[Generator, ...]:
     return tuple(
         (lambda spec: rules.files(spec, engine)) if g is rules.files else g
         for g in GENERATORS
-        if g not in (promtool_tests.files, counter_tests.files)
+        if g not in (promtool_tests.files, counter_tests.files, autoscale.files)
     )
 
 
@@ -67,7 +68,8 @@ class Progress:
 
 def _part(generator: Generator) -> str:
     names = dict(zip(GENERATORS, ("rules and alerts", "promtool tests", "counters tests", "dashboards", "runbook",
-                                  "Kubernetes objects", "Alertmanager routing"), strict=True))  # fmt: skip
+                                  "Kubernetes objects", "Alertmanager routing", "predictive autoscaling"),
+                     strict=True))  # fmt: skip
     return names.get(generator, "rules and alerts")  # an engine's own rules.files (see _generators)
 
 

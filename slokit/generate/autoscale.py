@@ -1,0 +1,177 @@
+"""The predictive autoscaling signal, deployable: its recording rules, the KEDA ScaledObject acting on it, and a
+promtool test of the signal.
+
+`slokit:autoscale_replicas:desired{service, model}` is the replicas a model's Deployment should run, computed from
+live series exactly as the replay's `slokit` policy computes it (slokit/autoscale/policies.py `signal`):
+
+    forecast = max(R + max(0, deriv(R[5m])) x horizon, R offset (1d - horizon) x clamp(R / R offset 1d, 0.5, 2))
+    desired  = max((forecast x (1 + headroom) + waiting / drain) / capacity, current + 1 while burning, 1)
+
+with R the model's finished-request rate over 1m, `waiting` its engines' queues, `capacity` the requests/s one
+engine carries within the objectives (the engine model at the roofline, recorded per model as a fact), `current`
+its engines and "burning" the reactive scale-out ratio at or over `fraction_of_slo`. The ScaledObject reads it as
+an AverageValue of 1 per replica, so the HPA KEDA creates runs ceil(desired) replicas, with a `behavior` that
+scales up at once and down one pod a minute after five quiet minutes.
+
+Models the engine model cannot size (no planner preset or GPU, or objectives no batch meets) get no signal; the
+reactive HPA and ScaledObject from k8s.py remain theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from slokit import promql, schema
+from slokit.autoscale.engine import EngineModelError, from_plan
+from slokit.autoscale.policies import SignalSettings
+from slokit.autoscale.sizing import model_capacity
+from slokit.generate import k8s
+from slokit.generate.model import RecordingRule, RuleGroup
+from slokit.generate.queries import Queries
+from slokit.spec import Model, Spec
+
+INTERVAL: Final = "15s"
+CAPACITY_DIGITS: Final = 6
+SETTINGS: Final = SignalSettings(capacity=1.0)  # the defaults; capacity is per model
+BEHAVIOR: Final[dict[str, Any]] = {
+    "scaleUp": {
+        "stabilizationWindowSeconds": 0,
+        "selectPolicy": "Max",
+        "policies": [
+            {"type": "Percent", "value": 100, "periodSeconds": 15},
+            {"type": "Pods", "value": 4, "periodSeconds": 15},
+        ],
+    },
+    "scaleDown": {
+        "stabilizationWindowSeconds": 300,
+        "selectPolicy": "Min",
+        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+    },
+}
+
+
+def capacities(spec: Spec) -> dict[str, float]:
+    """Requests/s per engine at the objectives, for each model the engine model can size."""
+    out: dict[str, float] = {}
+    for model in spec.models:
+        if not spec.classes_on(model.name):
+            continue
+        try:
+            value = model_capacity(spec, model, from_plan(spec, model))
+        except EngineModelError:
+            continue
+        if value != float("inf"):
+            out[model.name] = value
+    return out
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}m" if seconds % 60 == 0 else f"{int(seconds)}s"
+
+
+def recording_rules(spec: Spec, sized: dict[str, float]) -> list[RecordingRule]:
+    """The capacity facts, the 1m request rate and the desired replicas, once for the fleet."""
+    metrics = spec.metrics
+    q = Queries(spec)
+    service = {schema.RULE_LABEL_SERVICE: spec.service}
+    rules = [
+        RecordingRule(
+            schema.RECORD_AUTOSCALE_CAPACITY,
+            f"vector({promql.number(round(value, CAPACITY_DIGITS))})",
+            {**service, schema.RULE_LABEL_MODEL: name},
+        )
+        for name, value in sized.items()
+    ]
+    terms = []
+    for term in q.raw_terms(metrics.requests_finished, list(sized)):
+        by = [metrics.model_label] if metrics.model_label is not None else []
+        expr = f"sum {promql.by(by)} (rate({term.selector}[1m]))"
+        if metrics.model_label is not None:
+            expr = promql.rename_label(expr, metrics.model_label, schema.RULE_LABEL_MODEL)
+        else:
+            expr = f'label_replace({expr}, "{schema.RULE_LABEL_MODEL}", {promql.quote(term.models[0])}, "", "")'
+        terms.append(expr)
+    rules.append(RecordingRule(schema.RECORD_AUTOSCALE_RATE, "\nor\n".join(terms), service))
+    s = SETTINGS
+    keys = f"({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL})"
+    rate = q.recorded(schema.RECORD_AUTOSCALE_RATE)
+    ahead = _minutes(86400 - s.horizon)
+    trend = f"({rate} + clamp_min(deriv({rate}[{_minutes(s.trend_window)}]), 0) * {s.horizon:g})"
+    same = f"({rate} offset {ahead} * clamp({rate} / {rate} offset 1d, 0.5, 2))"
+    forecast = f"(({trend} >= {same}) or {same} or {trend})"
+    waiting = f"sum by {keys} ({q.recorded(schema.RECORD_QUEUE_WAITING)})"
+    capacity = q.recorded(schema.RECORD_AUTOSCALE_CAPACITY)
+    wanted = (
+        f"(({forecast} * {1 + s.headroom:g} + on {keys} ({waiting} or {rate} * 0) / {s.drain:g})\n"
+        f"  / on {keys} {capacity})"
+    )
+    current = f"count by {keys} ({q.recorded(schema.RECORD_QUEUE_RUNNING)})"
+    burning = f"max by {keys} ({q.recorded(schema.RECORD_SCALE_OUT)}) >= {spec.alerting.scale_out.fraction_of_slo:g}"
+    floor = f"(({current} + 1) and on {keys} ({burning}))"
+    desired = f"clamp_min(\n  ({wanted} >= on {keys} {floor})\n  or {floor}\n  or {wanted},\n  1\n)"
+    rules.append(RecordingRule(schema.RECORD_AUTOSCALE_DESIRED, desired))
+    return rules
+
+
+def rule_group(spec: Spec, sized: dict[str, float]) -> RuleGroup:
+    """The group, evaluated every 15s (the ScaledObject polls as often)."""
+    return RuleGroup(f"slokit-{spec.service}-autoscale", INTERVAL, tuple(recording_rules(spec, sized)))
+
+
+def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
+    """A KEDA ScaledObject running ceil(desired) replicas of the model's Deployment."""
+    name = k8s.deployment_name(spec, model)
+    labels = f'{schema.RULE_LABEL_SERVICE}="{spec.service}",{schema.RULE_LABEL_MODEL}="{model.name}"'
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {
+            "name": f"{name}-predictive",
+            "labels": {**k8s.scaled_object(spec, model)["metadata"]["labels"]},
+            "annotations": {
+                f"{k8s.DOMAIN}/note": "slokit's predictive policy (docs/autoscale.md). Apply this or the reactive "
+                "HPA/ScaledObject for the same Deployment, never two: each creates an HPA and they would fight."
+            },
+        },
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicaCount": k8s.MIN_REPLICAS,
+            "maxReplicaCount": k8s.MAX_REPLICAS,
+            "pollingInterval": 15,
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": BEHAVIOR}},
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metricType": "AverageValue",
+                    "metadata": {
+                        "serverAddress": k8s.PROMETHEUS_URL,
+                        "query": f"max({schema.RECORD_AUTOSCALE_DESIRED}{{{labels}}})",
+                        "threshold": "1",
+                        "ignoreNullValues": "true",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def rules_path(spec: Spec) -> str:
+    """`rules/<service>.autoscale.rules.yaml`."""
+    return f"rules/{spec.service}.autoscale.rules.yaml"
+
+
+def files(spec: Spec) -> dict[str, Any]:
+    """The rule file, its promtool test and one ScaledObject per sized model (nothing when none is sized)."""
+    sized = capacities(spec)
+    if not sized:
+        return {}
+    from slokit.generate.autoscale_tests import unit_tests
+
+    out: dict[str, Any] = {
+        rules_path(spec): {"groups": [rule_group(spec, sized).to_data()]},
+        f"rules/{spec.service}.autoscale.rules.test.yaml": unit_tests(spec, sized),
+    }
+    for model in spec.models:
+        if model.name in sized:
+            out[f"exporters/{k8s.deployment_name(spec, model)}-predictive-keda.yaml"] = scaled_object(spec, model)
+    return out
