@@ -606,6 +606,8 @@ EXTERNAL_SCALE_OUT_METRIC: Final = "slokit_scale_out_ratio"
 # objectives (a per-model fact), the model's finished-request rate over 1m, and the replicas it should run.
 RECORD_AUTOSCALE_CAPACITY: Final = "slokit:autoscale_capacity:rps"
 RECORD_AUTOSCALE_RATE: Final = "slokit:autoscale_requests:rate1m"
+RECORD_AUTOSCALE_FORECAST: Final = "slokit:autoscale_requests:forecast"  # req/s expected `horizon` ahead
+RECORD_AUTOSCALE_NEEDED: Final = "slokit:autoscale_replicas:needed"  # the forecast and the queue at capacity
 RECORD_AUTOSCALE_DESIRED: Final = "slokit:autoscale_replicas:desired"
 RECORD_QUEUE_WAITING: Final = "slokit_engine:requests_waiting:max1m"
 RECORD_QUEUE_RUNNING: Final = "slokit_engine:requests_running:max1m"

@@ -95,20 +95,20 @@ def recording_rules(spec: Spec, sized: dict[str, float]) -> list[RecordingRule]:
     s = SETTINGS
     keys = f"({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL})"
     rate = q.recorded(schema.RECORD_AUTOSCALE_RATE)
-    ahead = _minutes(86400 - s.horizon)
     trend = f"({rate} + clamp_min(deriv({rate}[{_minutes(s.trend_window)}]), 0) * {s.horizon:g})"
-    same = f"({rate} offset {ahead} * clamp({rate} / {rate} offset 1d, 0.5, 2))"
-    forecast = f"(({trend} >= {same}) or {same} or {trend})"
-    waiting = f"sum by {keys} ({q.recorded(schema.RECORD_QUEUE_WAITING)})"
+    # The same hour yesterday, `horizon` ahead, scaled by today over yesterday (none where yesterday had none).
+    same = f"({rate} offset {_minutes(86400 - s.horizon)} * clamp({rate} / ({rate} offset 1d > 0), 0.5, 2))"
+    rules.append(RecordingRule(schema.RECORD_AUTOSCALE_FORECAST, f"({trend} >= {same})\nor {same}\nor {trend}"))
+    forecast = q.recorded(schema.RECORD_AUTOSCALE_FORECAST)
+    waiting = f"(sum by {keys} ({q.recorded(schema.RECORD_QUEUE_WAITING)}) or {rate} * 0)"
     capacity = q.recorded(schema.RECORD_AUTOSCALE_CAPACITY)
-    wanted = (
-        f"(({forecast} * {1 + s.headroom:g} + on {keys} ({waiting} or {rate} * 0) / {s.drain:g})\n"
-        f"  / on {keys} {capacity})"
-    )
+    needed = f"({forecast} * {1 + s.headroom:g} + on {keys} {waiting} / {s.drain:g})\n/ on {keys} {capacity}"
+    rules.append(RecordingRule(schema.RECORD_AUTOSCALE_NEEDED, needed))
     current = f"count by {keys} ({q.recorded(schema.RECORD_QUEUE_RUNNING)})"
     burning = f"max by {keys} ({q.recorded(schema.RECORD_SCALE_OUT)}) >= {spec.alerting.scale_out.fraction_of_slo:g}"
     floor = f"(({current} + 1) and on {keys} ({burning}))"
-    desired = f"clamp_min(\n  ({wanted} >= on {keys} {floor})\n  or {floor}\n  or {wanted},\n  1\n)"
+    needed = q.recorded(schema.RECORD_AUTOSCALE_NEEDED)
+    desired = f"clamp_min(\n  ({needed} >= on {keys} {floor})\n  or {floor}\n  or {needed},\n  1\n)"
     rules.append(RecordingRule(schema.RECORD_AUTOSCALE_DESIRED, desired))
     return rules
 
