@@ -10,6 +10,7 @@ from slokit.autoscale.engine import EngineModel, Objectives, from_plan
 from slokit.autoscale.history import Traffic
 from slokit.autoscale.hpa import Hpa
 from slokit.autoscale.policies import (
+    DEFAULT_HEADROOM,
     QUEUE_THRESHOLD,
     LlmD,
     Predictive,
@@ -87,8 +88,10 @@ def build(name: str, spec: Spec, model: Model, settings: SignalSettings, static:
 def run_model(
     spec: Spec, traffic: Traffic, model: Model, names: Sequence[str], config: Config,
     engine: EngineModel | None = None, progress: Callable[[str], None] | None = None,
+    headroom: float | None = None,
 ) -> ModelRun:  # fmt: skip
-    """Replay one model's traffic under each named policy."""
+    """Replay one model's traffic under each named policy. The static peak is sized with the default headroom,
+    whatever `headroom` the predictive policy is given, so that its GPU-hours stay one fixed yardstick."""
     engine = engine or from_plan(spec, model)
     loads = class_loads(spec, traffic, model.name, config)
     counts = {load.name: sum(load.arrivals) for load in loads}
@@ -96,8 +99,9 @@ def run_model(
     capacity = model_capacity(spec, model, engine, {k: v / total for k, v in counts.items()})
     rate = [sum(c.rate[i] for c in traffic.of_model(model.name)) for i in range(traffic.steps)]
     peak = max(rate)
-    settings = SignalSettings(capacity, fraction=spec.alerting.scale_out.fraction_of_slo)
-    static = max(1, math.ceil(peak * (1 + settings.headroom) / capacity - 1e-9))
+    settings = SignalSettings(capacity, fraction=spec.alerting.scale_out.fraction_of_slo,
+                              headroom=DEFAULT_HEADROOM if headroom is None else headroom)  # fmt: skip
+    static = max(1, math.ceil(peak * (1 + DEFAULT_HEADROOM) / capacity - 1e-9))
     max_replicas = max(2 * static, static + 4)
     initial = max(1, math.ceil(rate[0] * (1 + settings.headroom) / capacity - 1e-9))
     timelines: dict[str, Timeline] = {}

@@ -64,8 +64,9 @@ class EngineModel:
         return self.prefill0 + self.prefill1 * prompt_tokens
 
     def chunk(self, prompt_tokens: float) -> float:
-        """The prefill time one step carries for a prompt: at most CHUNK_TOKENS of it."""
-        return self.prefill0 + self.prefill1 * min(prompt_tokens, CHUNK_TOKENS)
+        """What a prompt's prefill adds to the decode step it rides in: its tokens' compute, at most CHUNK_TOKENS
+        of them (the fixed cost, reading the weights once, is the step's own)."""
+        return self.prefill1 * min(prompt_tokens, CHUNK_TOKENS)
 
     def as_dict(self) -> dict[str, Any]:
         """The `autoscale.json` form."""
@@ -118,42 +119,38 @@ class ProbeLevel:
 
 def fit_probe(levels: Sequence[ProbeLevel], max_num_seqs: int, gpus: int, source: str) -> EngineModel:
     """Least squares through the probe's levels at or below `max_num_seqs`: the median ITL against the batch gives
-    the step law; each request's TTFT less half a step against its prompt tokens gives the prefill law."""
+    the step law; at the lowest level (the least contention), each request's TTFT less half a step against its
+    prompt tokens gives the prefill law."""
     usable = [lv for lv in levels if 1 <= lv.concurrency <= max_num_seqs and lv.itl_p50 > 0 and lv.ttft]
     if len(usable) < 2 or len({lv.concurrency for lv in usable}) < 2:
         raise EngineModelError(
             f"{source}: calibration needs closed-loop levels at two or more concurrencies up to max_num_seqs "
             f"({max_num_seqs}) with ITL and TTFT measured; run `slokit probe URL --spec SPEC --concurrency 1,2,4`"
         )
-    step1, step0 = _line([float(lv.concurrency) for lv in usable], [lv.itl_p50 for lv in usable])
-    step1 = max(step1, 0.0)
-    step0 = max(step0, 1e-6)
+    step1, step0 = _line([float(lv.concurrency) for lv in usable], [lv.itl_p50 for lv in usable], floor=1e-6)
     xs: list[float] = []
     ys: list[float] = []
-    for lv in usable:
+    lowest = min(lv.concurrency for lv in usable)
+    for lv in (lv for lv in usable if lv.concurrency == lowest):
         half = 0.5 * (step0 + step1 * lv.concurrency)
         for ttft, tokens in zip(lv.ttft, lv.prompt_tokens, strict=True):
             if math.isfinite(ttft):
                 xs.append(float(tokens))
                 ys.append(ttft - half)
-    if len(set(xs)) < 2:
-        prefill1, prefill0 = 0.0, max(1e-6, sum(ys) / max(1, len(ys)))
-    else:
-        prefill1, prefill0 = _line(xs, ys)
-        prefill1 = max(prefill1, 0.0)
-        prefill0 = max(prefill0, 0.0)
+    prefill1, prefill0 = _line(xs, ys, floor=1e-6)
     return EngineModel(step0, step1, prefill0, prefill1, max_num_seqs, gpus, source)
 
 
-def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """(slope, intercept) of the least-squares line."""
+def _line(xs: Sequence[float], ys: Sequence[float], *, floor: float) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line, with a slope of at least 0 (a step or a prefill never gets
+    faster with more work; a falling fit is noise): then the median of `ys` (at least `floor`) and no slope."""
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     var = sum((x - mx) ** 2 for x in xs)
-    if var == 0:
-        return 0.0, my
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
-    return slope, my - slope * mx
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var > 0 else 0.0
+    if slope <= 0:
+        return 0.0, max(floor, sorted(ys)[n // 2])
+    return slope, max(floor, my - slope * mx)
 
 
 # ==============================================================================================================
@@ -259,11 +256,12 @@ def _tokens_meet(slow: float, allowed: float, tokens: float) -> float:
 
 def _prompts_within(engine: EngineModel, work: Workload, room: float, *, chunked: bool = False) -> float:
     """Share of the class's prompts whose prefill (or one chunk of it) fits in `room` seconds."""
-    if room < engine.prefill0:
+    fixed = 0.0 if chunked else engine.prefill0
+    if room < fixed:
         return 0.0
     if engine.prefill1 <= 0:
         return 1.0
-    tokens = (room - engine.prefill0) / engine.prefill1
+    tokens = (room - fixed) / engine.prefill1
     if chunked and tokens >= CHUNK_TOKENS:
         return 1.0
     return share_at_most(work.prompts, tokens)

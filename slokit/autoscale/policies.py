@@ -34,6 +34,8 @@ LLMD_DOWN: Final = 0.40
 LLMD_CLAMP: Final = 2.0
 LLMD_AVERAGE_SECONDS: Final = 45.0
 DAY: Final = 86400.0
+DEFAULT_HEADROOM: Final = 0.25
+"""Spare capacity over the forecast (and the static peak's over the peak): a quarter, for forecast error."""
 
 
 class PolicyError(ValueError):
@@ -131,8 +133,8 @@ class SignalSettings:
     """The predictive signal's parameters (the generated rules carry the same numbers)."""
 
     capacity: float  # requests/s one engine carries within the objectives (engine model)
-    headroom: float = 0.25
-    horizon: float = 120.0  # seconds ahead: a pod's start plus a decision period
+    headroom: float = DEFAULT_HEADROOM
+    horizon: float = 180.0  # seconds ahead: a pod's start, a decision period and the 1m rate's lag
     trend_window: float = 300.0
     drain: float = 60.0  # seconds to drain the queue in
     fraction: float = 0.8  # the reactive burn signal's trigger (scale_out.fraction_of_slo)

@@ -28,6 +28,7 @@ from slokit.autoscale.history import ClassTraffic
 from slokit.schema import Sli
 
 MAX_WAIT: Final = 3600.0
+FIRST_DECISION: Final = 60.0
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def replay(
     starting: list[float] = []  # ready times of pods asked for
     hot = _Half(initial / 2)
     cold = _Half(initial / 2)
-    next_decision = 0.0
+    next_decision = FIRST_DECISION  # controllers act once a minute of series exists to read
     shares_hot = (1 + config.spread) / 2
     for i in range(ticks):
         now = i * config.tick

@@ -41,6 +41,16 @@ def autoscale(
             "--spread", help="Load-balancer imbalance: one half of the pool gets (1+spread)/2.", min=0, max=0.9
         ),
     ] = 0.1,
+    headroom: Annotated[
+        float,
+        typer.Option(
+            "--headroom",
+            help="The slokit policy's spare capacity over its forecast (0.25: a quarter; the generated rules use "
+            "0.25). 1.0 absorbs a sudden doubling while pods start.",
+            min=0,
+            max=4,
+        ),
+    ] = 0.25,
     tick: Annotated[float, typer.Option("--tick", help="Replay step in seconds.", min=1, max=60)] = 5.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the arrival draws (the same for every policy).")] = 1,
     output: Annotated[
@@ -98,7 +108,15 @@ def autoscale(
                 f"--warmup {warmup}: the history is only {history.steps * history.step / 3600:.1f} h long"
             )
         runs = [
-            run_model(loaded, history, loaded.model(name), names, config, progress=lambda s: typer.echo(s, err=True))
+            run_model(
+                loaded,
+                history,
+                loaded.model(name),
+                names,
+                config,
+                headroom=headroom,
+                progress=lambda s: typer.echo(s, err=True),
+            )
             for name in history.models
         ]
     except (HistoryError, EngineModelError) as exc:
@@ -110,6 +128,7 @@ def autoscale(
         "traffic": str(traffic),
         "hours": round(hours, 3),
         "config": {
+            "headroom": headroom,
             "tick_s": config.tick,
             "pod_start_s": config.pod_start,
             "spread": config.spread,

@@ -43,9 +43,9 @@ BEHAVIOR: Final[dict[str, Any]] = {
         ],
     },
     "scaleDown": {
-        "stabilizationWindowSeconds": 300,
+        "stabilizationWindowSeconds": 180,
         "selectPolicy": "Min",
-        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 30}],
     },
 }
 
