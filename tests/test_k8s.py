@@ -140,8 +140,12 @@ def test_every_example_generates_the_deployment_side(objects: dict[str, Any], sp
         assert has_spec_map == (spec.source is schema.Source.SLOKIT)  # vLLM's own metrics need no plugin
     per_model = [data for data in objects.values() if data["kind"] == "Deployment"]
     assert len(per_model) == sum(len(spec.models) for spec in specs)
-    for kind in ("Service", "HorizontalPodAutoscaler", "ScaledObject"):
+    for kind in ("Service", "HorizontalPodAutoscaler"):
         assert sum(d["kind"] == kind for d in objects.values()) == len(per_model)
+    # Two ScaledObjects per model: the reactive one, and the predictive one (every example model is sized).
+    predictive = [p for p, d in objects.items() if d["kind"] == "ScaledObject" and p.endswith("-predictive-keda.yaml")]
+    assert len(predictive) == len(per_model)
+    assert sum(d["kind"] == "ScaledObject" for d in objects.values()) == 2 * len(per_model)
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)

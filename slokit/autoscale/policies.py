@@ -191,8 +191,8 @@ class Predictive:
             then_ahead = view.rate(60, ago=DAY - self.settings.horizon)
             if then_now and then_ahead is not None:
                 same_hour = then_ahead * min(2.0, max(0.5, rate_now / then_now))
-        value = signal(self.settings, rate_now, slope, same_hour, view.waiting, self.burn.signal(view),
-                       view.provisioned)  # fmt: skip
+        # `ready`: the engines the rules count (a starting pod exports nothing yet).
+        value = signal(self.settings, rate_now, slope, same_hour, view.waiting, self.burn.signal(view), view.ready)
         return self.hpa.decide(view.now, view.provisioned, value)
 
 
