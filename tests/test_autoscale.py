@@ -203,3 +203,25 @@ def engine_predict(engine: EngineModel, work: Workload, users: int) -> dict[str,
     from slokit.autoscale.engine import predict_closed_loop
 
     return predict_closed_loop(engine, work, users)
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("spec_path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.stem)
+def test_generated_signal_passes_its_promtool_test_and_a_broken_one_fails(
+    spec_path: Path, tmp_path: Path, promtool_path: str
+) -> None:
+    """The committed predictive rules, with their promtool test; then the headroom changed in the rule file (the
+    replay's `signal` unchanged) must fail that test."""
+    from slokit.local.prometheus import run_rule_tests
+
+    spec = load_spec(str(spec_path))
+    for name in (f"{spec.service}.autoscale.rules.yaml", f"{spec.service}.autoscale.rules.test.yaml"):
+        (tmp_path / name).write_text((ROOT / "rules" / name).read_text())
+    tested = run_rule_tests([tmp_path / f"{spec.service}.autoscale.rules.test.yaml"])
+    assert tested.ok, tested.output[-4000:]
+    rules = tmp_path / f"{spec.service}.autoscale.rules.yaml"
+    text = rules.read_text()
+    assert text.count(" * 1.25 + on ") == 1
+    rules.write_text(text.replace(" * 1.25 + on ", " * 1.3 + on "))
+    broken = run_rule_tests([tmp_path / f"{spec.service}.autoscale.rules.test.yaml"])
+    assert not broken.ok
