@@ -103,7 +103,7 @@ def run_model(
                               headroom=DEFAULT_HEADROOM if headroom is None else headroom)  # fmt: skip
     static = max(1, math.ceil(peak * (1 + DEFAULT_HEADROOM) / capacity - 1e-9))
     max_replicas = max(2 * static, static + 4)
-    initial = max(1, math.ceil(rate[0] * (1 + settings.headroom) / capacity - 1e-9))
+    initial = max(1, math.ceil(rate[0] * (1 + DEFAULT_HEADROOM) / capacity - 1e-9))  # the same start for all
     timelines: dict[str, Timeline] = {}
     for name in names:
         controller = build(name, spec, model, settings, static, max_replicas)
