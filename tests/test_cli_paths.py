@@ -257,8 +257,17 @@ def test_a_spec_over_256_kib_warns_about_client_side_apply(work: Path) -> None:
 # -- the one place it is documented -------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "command",
-    [["init"], ["import"], ["export", "openslo"], ["simulate"], ["generate"], ["report"], ["backtest"], ["probe"]]
-    + [["autoscale"]],
+    [
+        ["init"],
+        ["import"],
+        ["export", "openslo"],
+        ["simulate"],
+        ["generate"],
+        ["report"],
+        ["backtest"],
+        ["probe"],
+        ["autoscale"],
+    ],
 )
 def test_every_output_option_points_at_the_readme_section(command: list[str]) -> None:
     done = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "300"})
