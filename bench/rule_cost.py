@@ -54,7 +54,8 @@ slokit's 10 costliest rules by engine time are printed after the totals, and eve
 The 28d reads of naive and Sloth-shaped rules touch the 3 days that exist: with 28 days of history they grow about
 9x for that window; slokit's do not.
 
-`--smoke`: 2 models, 26 hours, 3 end times (tests/test_rules_bench.py, with 3 and with 4 classes).
+`--smoke` (or `--quick`): 2 models, 26 hours, 3 end times (tests/test_rules_bench.py, with 3 and with 4 classes).
+Every rule's cost and the accuracy table go to bench/results/rule_cost.json (`make bench-rule_cost`).
 
 Run: PYTHONPATH=. .venv/bin/python bench/rule_cost.py [--clean] [--smoke | --fleet] [--classes 3] [--models 10]
 [--days 3] [--scrape 60]
@@ -84,6 +85,9 @@ from slokit.generate.rules import rule_groups, sli_windows, window_interval, win
 from slokit.local.prometheus import LocalPrometheus, PrometheusError, promtool
 from slokit.spec import Spec, load_spec_text
 from slokit.units import format_le, parse_duration, prom_duration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/results.py
+from results import RESULTS_DIR, Recorder
 
 # Request classes and their TTFT thresholds, in order: `--classes N` takes the first N (3 by default, 4 in the fleet)
 THRESHOLDS = {"chat": 0.5, "code": 0.25, "batch": 1.0, "agent": 2.5, "embed": 0.1, "summary": 5.0}
@@ -622,13 +626,17 @@ def main() -> int:
                         f"{FLEET['classes']} with --fleet): {', '.join(THRESHOLDS)} in that order")  # fmt: skip
     parser.add_argument("--clean", action="store_true", help="no missed scrapes, no restarts")
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--smoke", action="store_true", help="small run: 2 models, 26 hours, 3 end times")
+    how.add_argument("--smoke", "--quick", action="store_true", help="small run: 2 models, 26 hours, 3 end times")
     how.add_argument(
         "--fleet",
         action="store_true",
         help=f"the fleet case: {FLEET['models']} models x {FLEET['classes']} classes x {ENGINES} engines",
     )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where rule_cost.json goes")
     args = parser.parse_args()
+    if not 1 <= args.scrape <= 3600 or not 0 < args.days <= 60 or (args.models is not None and args.models < 1):
+        parser.error("--scrape must be 1 to 3600 seconds, --days above 0 and at most 60, --models at least 1")
+    recorder = Recorder("rule_cost", {k: v for k, v in vars(args).items() if k != "results_dir"})
     ends_before = FULL_ENDS
     if args.models is None:
         args.models = FLEET["models"] if args.fleet else 10
@@ -713,6 +721,25 @@ def main() -> int:
     print("".join(f"  {r.entry.rule_set:<7}{rule_line(r)}" for r in ranked), end="", file=sys.stderr)
     print(f"(generate {generated - started:.0f}s, backfill {backfilled - generated:.0f}s, rules "
           f"{evaluated - backfilled:.0f}s, total {time.monotonic() - started:.0f}s)")  # fmt: skip
+    figures: dict[str, Any] = {"faults": faults, "samples": samples, "accuracy": {}, "cost": {}}
+    for (window, rule_set), e in errors.items():
+        figures["accuracy"].setdefault(prom_duration(window), {})[rule_set] = {
+            "ratio_max_pct": 100 * max(e.ratio, default=math.nan),
+            "events_max_pct": 100 * max(e.events, default=math.nan),
+            "scraped_max_pct": 100 * max(e.scraped, default=math.nan),
+            "missing": e.missing,
+        }
+    for rule_set, (count, per_eval, per_hour, secs) in costs.items():
+        figures["cost"][rule_set.replace(" ", "_")] = {
+            "rules": count, "samples_per_eval": per_eval, "samples_per_hour": per_hour, "eval_s_per_hour": secs,
+        }  # fmt: skip
+    for other in ("naive", "sloth"):
+        figures["cost"][f"{other}_over_slokit_samples"] = costs[other][2] / costs["slokit"][2]
+        figures["cost"][f"slokit_over_{other}_seconds"] = costs["slokit"][3] / costs[other][3]
+    runs = [{"rule_set": r.entry.rule_set, "record": r.entry.rule.record, "interval_s": r.entry.interval,
+             "samples": r.samples, "seconds": r.seconds} for r in per_rule]  # fmt: skip
+    recorder.save(figures, runs, args.results_dir, notes="Engine time from a shared 2-core machine: compare the "
+                  "sets, measured side by side on one Prometheus, not absolute seconds.")  # fmt: skip
     return 0
 
 
