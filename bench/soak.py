@@ -763,7 +763,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for index, result in enumerate(results[plugin]):
             ok = report(result) and ok
             if plugin:
-                ok = verdict(result, results[False][index] if index < len(results[False]) else None) and ok
+                clean = verdict(result, results[False][index] if index < len(results[False]) else None)
+                if not clean and args.quick:
+                    print("  (--quick: phases this short end inside the exporter's warm-up, while histogram cells "
+                          "get their first observations; the verdict is printed, not enforced)")  # fmt: skip
+                ok = (clean or args.quick) and ok
             runs.append({"run": index, **phase_figures(result)})
     figures: dict[str, Any] = {"lost": sum(r.lost for side in results.values() for r in side), "ok": ok}
     for plugin in sides:
