@@ -47,7 +47,7 @@ SOURCES: Mapping[str, tuple[str, ...]] = {
         "slokit/exporters/classes.py",
     ),
     "soak": ("bench/soak.py", "tests/memory_probe.py", "slokit/exporters/vllm.py", "slokit/exporters/classes.py"),
-    "probe_accuracy": ("bench/probe_accuracy.py", "slokit/probe/*.py", "slokit/demo/emulator*.py"),
+    "probe_accuracy": ("bench/probe_accuracy.py", "slokit/probe/*.py", "slokit/local/emulator.py"),
     "rule_cost": ("bench/rule_cost.py", "slokit/generate/*.py", "slokit/promql.py", "slokit/schema.py"),
     "rule_cost_realistic": ("bench/rule_cost.py", "slokit/generate/*.py", "slokit/promql.py", "slokit/schema.py"),
     "fleet": ("bench/fleet.py", "slokit/fleet.py", "slokit/generate/**/*.py", "slokit/schema.py"),
