@@ -6,7 +6,9 @@ which load and settings, and how it varied between runs. Every benchmark therefo
 settings, every run (not only the best) and `sources`: the files the benchmark measured, each with the SHA-256 of
 its contents. tests/test_bench_results.py recomputes those hashes, so a results file whose measured code changed
 since it was written fails the suite until the benchmark is re-run (editing the hash would need the new contents'
-hash, which is the re-run's job, not a hand's).
+hash, which is the re-run's job, not a hand's). `commit` is HEAD when the file was written (and
+`sources_modified_since_commit` says whether the measured files differed from it); a branch rebased afterwards no
+longer holds that commit, so the sources' hashes, not the commit, are what ties a results file to the code.
 
 Quoted figures: README.md and docs/*.md mark each figure they quote from a results file with an HTML comment after
 the sentence, invisible when rendered::
