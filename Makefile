@@ -9,7 +9,7 @@ WHEELS := $(wildcard /opt/wheels)
 PIP_FIND := $(if $(WHEELS),--find-links $(WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
 STAMP := $(VENV)/.slokit-installed
 
-.PHONY: demo test install system-deps lint typecheck generate check-generated unit clean
+.PHONY: demo test install system-deps lint typecheck generate check-generated unit clean bench bench-quick bench-rules
 
 demo: install system-deps
 	$(BIN)/slokit demo
@@ -55,6 +55,32 @@ check-generated: install
 
 unit: install
 	$(BIN)/python -m pytest -m "not vllm and not prometheus"
+
+# Every benchmark writes bench/results/<name>.json (commit, machine, settings, every run, the measured sources'
+# hashes); tests/test_bench_results.py fails when a README or docs figure is not in them or they are stale.
+# `make bench-NAME` runs one (e.g. `make bench-rule_cost`); BENCH_ARGS passes options to each.
+# rule_cost_realistic is bench/rule_cost.py --realistic.
+BENCHES := exporter_overhead probe_accuracy rule_cost rule_cost_realistic soak fleet fuzz
+
+bench: install system-deps
+	@failed=""; for b in $(BENCHES); do \
+		script=$${b%_realistic}; extra=$$(test "$$b" = "$$script" || echo --realistic); \
+		echo "== bench/$$script.py $$extra $(BENCH_ARGS)"; \
+		PYTHONPATH=$(CURDIR) $(BIN)/python bench/$$script.py $$extra $(BENCH_ARGS) || failed="$$failed $$b"; \
+	done; if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
+
+bench-quick:
+	$(MAKE) bench BENCH_ARGS=--quick
+
+# Both rule-cost runs (the generated rules' figures), e.g. after a change to slokit/generate/.
+bench-rules:
+	$(MAKE) bench BENCHES="rule_cost rule_cost_realistic"
+
+bench-rule_cost_realistic: install system-deps
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/rule_cost.py --realistic $(BENCH_ARGS)
+
+bench-%: install system-deps
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/$*.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -37,6 +37,9 @@ from tests import test_hostile_fuzz as hostile  # noqa: E402
 from tests import test_spec_fuzz as specfuzz  # noqa: E402
 from tests.tls_certs import make_pki  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/results.py
+from results import RESULTS_DIR, Recorder  # noqa: E402
+
 
 @dataclass
 class Tally:
@@ -167,7 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_CASE_LIMIT,
         help="seconds one case may take before the run stops with its input (default %(default)s)",
     )
+    parser.add_argument("--quick", action="store_true", help="CI-sized: 1,000 cases for spec and header")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where fuzz.json goes")
     args = parser.parse_args(argv)
+    if args.quick and args.cases == 10_000:
+        args.cases = 1_000
+    if not 1 <= args.cases <= 10_000_000:
+        parser.error("--cases must be between 1 and 10000000")
     if not args.case_limit > 0:
         parser.error("--case-limit must be above 0 seconds")
     chosen = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -175,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown target {unknown[0]!r}; choose from {', '.join(TARGETS)}")
     limit_ms = args.case_limit * 1000
+    recorder = Recorder("fuzz", {"cases": args.cases, "targets": chosen, "case_limit_s": args.case_limit})
+    runs: list[dict[str, Any]] = []
     print(f"per-case limit {limit_ms:.0f} ms")
     print(
         f"{'target':<11} {'cases':>7} {'accepted':>9} {'refused':>8} {'slowest ms':>11} {'of limit':>9} {'seconds':>8}"
@@ -188,6 +199,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:<11} FAILED: {timeout}; the input was:\n{timeout.value!r}", flush=True)
             return 1
         elapsed = time.perf_counter() - start
+        runs.append(
+            {
+                "target": name,
+                "cases": tally.cases,
+                "accepted": tally.accepted,
+                "refused": tally.cases - tally.accepted,
+                "slowest_ms": tally.slowest * 1000,
+                "seconds": elapsed,
+            }
+        )
         print(
             f"{name:<11} {tally.cases:7d} {tally.accepted:9d} {tally.cases - tally.accepted:8d} "
             f"{tally.slowest * 1000:11.1f} {tally.slowest * 1000 / limit_ms:9.1%} {elapsed:8.1f}",
@@ -197,6 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "every case got a result or the documented error (SpecError / WebConfigError) within the per-case limit; "
         "no traceback, no hang"
     )
+    figures = {r["target"]: {k: v for k, v in r.items() if k != "target"} for r in runs}
+    figures["all"] = {"cases": sum(r["cases"] for r in runs), "slowest_ms": max(r["slowest_ms"] for r in runs),
+                      "failures": 0}  # fmt: skip
+    recorder.save(figures, runs, args.results_dir)
     return 0
 
 

