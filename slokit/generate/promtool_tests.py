@@ -738,7 +738,7 @@ def _failure_series(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> tuple
     if metric is None:
         return None
     labels = _raw_labels(spec, model, rc)
-    labels[schema.FAIL_REASON_LABEL] = "max_num_queued_reqs" if metrics.source is schema.Source.VLLM else "abort"
+    labels[schema.FAIL_REASON_LABEL] = spec.source.failure_reason_example
     if metric == metrics.frontend_failed:
         labels[schema.FAIL_REASON_LABEL] = schema.FailReason.CLIENT_GONE.value
         labels[schema.FRONTEND_STREAM_LABEL] = "true"
