@@ -909,7 +909,9 @@ def recording_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
     engine_rules = [*_engine_rules(spec), *_expected_decode_rules(spec)]
     baseline = [_baseline_rule(spec)]
     fields = group_fields(engine)
+    source = tuple(RecordingRule(record, expr, labels) for record, expr, labels in spec.source.recording_rules(spec))
     groups = [
+        RuleGroup(group_name(spec, "source"), prom_duration(SHORT_INTERVAL), source, fields),
         RuleGroup(group_name(spec, "parameters"), prom_duration(MEDIUM_INTERVAL), tuple(parameter_rules(spec)), fields),
         RuleGroup(group_name(spec, "latency"), prom_duration(MEDIUM_INTERVAL), tuple(latency), fields),
         RuleGroup(group_name(spec, "sli-short"), prom_duration(SHORT_INTERVAL), tuple(short), fields),

@@ -11,9 +11,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from slokit.sources.base import SignalSource
+from slokit.sources.dynamo import Dynamo
 from slokit.sources.exporter import SlokitExporter
+from slokit.sources.llm_d import LlmD
+from slokit.sources.otel_genai import OtelGenAi
 from slokit.sources.sglang import Sglang
 from slokit.sources.tgi import Tgi
+from slokit.sources.trtllm import TensorRtLlm
 from slokit.sources.vllm import Vllm
 
 DEFAULT = "slokit"
@@ -67,5 +71,5 @@ def known_buckets(histogram: str) -> tuple[float, ...] | None:
     return None
 
 
-for _source in (SlokitExporter(), Vllm(), Sglang(), Tgi()):
+for _source in (SlokitExporter(), Vllm(), Sglang(), Tgi(), TensorRtLlm(), LlmD(), Dynamo(), OtelGenAi()):
     register(_source)

@@ -154,6 +154,19 @@ class SignalSource:
         """The boundaries the spec's SLOs read for an SLI of this source."""
         return self.fixed_buckets(spec.vllm, sli) or ()
 
+    def class_matchers(self, spec: Spec, request_class: RequestClass) -> tuple[tuple[str, str, str], ...]:
+        """The matchers that pick one class's series (the class label equal to the class's name, or nothing
+        where the source has no class label and each class owns its models)."""
+        del spec
+        label = self.METRICS.class_label
+        return ((label, "=", request_class.name),) if label is not None else ()
+
+    def recording_rules(self, spec: Spec) -> list[tuple[str, str, dict[str, str]]]:
+        """Recording rules (record, expr, labels) the source's own series need before the SLO rules read them
+        (series under several names merged into one); the rules put them in a group of their own, first."""
+        del spec
+        return []
+
     def known_buckets(self, histogram: str) -> tuple[float, ...] | None:
         """Boundaries of one of this source's histograms named by a custom `metric:` (None: not known)."""
         del histogram

@@ -381,7 +381,7 @@ class Spec:
         return schema.CustomHistogram(
             name=m.latency_metric(sli, where),
             model_label=m.model_label,
-            matchers=((m.class_label, "=", request_class.name),) if m.class_label is not None else (),
+            matchers=self.source.class_matchers(self, request_class),
             buckets=self.buckets(sli),
             engine_label=None if frontend else m.engine_label,
             class_label=m.class_label,
