@@ -155,7 +155,11 @@ def _objective_slos(spec: Spec) -> list[tuple[RequestClass, Sli]]:
 def _aggregate(spec: Spec, op: str, inner: str, labels: Iterable[str]) -> str:
     """`op by (labels) (inner)` in the source's label names, then renamed to slokit's (`model_name` -> `model`)."""
     metrics = spec.metrics
-    own = {schema.RULE_LABEL_MODEL: metrics.model_label, schema.RULE_LABEL_ENGINE: metrics.engine_label}
+    own = {
+        schema.RULE_LABEL_MODEL: metrics.model_label,
+        schema.RULE_LABEL_ENGINE: metrics.engine_label,
+        schema.RULE_LABEL_CLASS: metrics.class_label or schema.RULE_LABEL_CLASS,
+    }
     labels = list(labels)
     names = [name for name in dict.fromkeys(own.get(label, label) for label in labels) if name is not None]
     expr = f"{op} {promql.by(names)} ({inner})"
@@ -170,6 +174,8 @@ def _aggregate(spec: Spec, op: str, inner: str, labels: Iterable[str]) -> str:
             expr = f'label_replace({expr}, "{schema.RULE_LABEL_ENGINE}", "$1", {engine}, "(.*)")'
         else:
             expr = promql.rename_label(expr, metrics.engine_label, schema.RULE_LABEL_ENGINE)
+    if schema.RULE_LABEL_CLASS in labels and metrics.class_label not in (None, schema.RULE_LABEL_CLASS):
+        expr = promql.rename_label(expr, metrics.class_label, schema.RULE_LABEL_CLASS)
     return expr
 
 
@@ -224,6 +230,8 @@ def _histogram_sum(spec: Spec, rc: RequestClass, sli: Sli, inner: str, group: It
             expr = promql.rename_label(expr, hist.engine_label, schema.RULE_LABEL_ENGINE)
     if schema.RULE_LABEL_CLASS in group and hist.class_label is None:
         expr = f'label_replace({expr}, "{schema.RULE_LABEL_CLASS}", {promql.quote(rc.name)}, "", "")'
+    elif schema.RULE_LABEL_CLASS in group and hist.class_label != schema.RULE_LABEL_CLASS:
+        expr = promql.rename_label(expr, hist.class_label, schema.RULE_LABEL_CLASS)
     return expr
 
 
