@@ -84,7 +84,7 @@ class SourceMetrics:
     latency: MappingProxyType[Sli, str]
     queue_time: str
     requests_running: str
-    requests_waiting: str
+    requests_waiting: str | None  # gauge of queued requests; None: the source has none (no queue alert)
     kv_cache_usage: str | None  # 0..1; None: the source has no KV-cache gauge (TGI), so no KV-cache alert
     preemptions: str | None  # counter; None: the source exports none (TGI)
     prompt_tokens: str  # counter

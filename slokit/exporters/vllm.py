@@ -280,7 +280,9 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         f["prompt_tokens"] = store.counter(M.prompt_tokens, "Prompt tokens prefilled, by class.", mec)
         f["generation_tokens"] = store.counter(M.generation_tokens, "Generated tokens, by class.", mec)
         f["running"] = store.gauge(M.requests_running, "Requests in the engine's running batch (scheduler).", me)
-        f["waiting"] = store.gauge(M.requests_waiting, "Requests waiting in the engine's queue (scheduler).", me)
+        f["waiting"] = store.gauge(
+            _declared(M.requests_waiting), "Requests waiting in the engine's queue (scheduler).", me
+        )
         f["kv"] = store.gauge(_declared(M.kv_cache_usage), "KV-cache block usage, 0 to 1.", me)
         f["preemptions"] = store.counter(_declared(M.preemptions), "Requests preempted by the scheduler.", me)
         f["prefix_queries"] = store.counter(_declared(M.prefix_cache_queries), "Prefix-cache queried tokens.", me)

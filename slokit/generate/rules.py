@@ -230,8 +230,8 @@ def _histogram_sum(spec: Spec, rc: RequestClass, sli: Sli, inner: str, group: It
             expr = promql.rename_label(expr, hist.engine_label, schema.RULE_LABEL_ENGINE)
     if schema.RULE_LABEL_CLASS in group and hist.class_label is None:
         expr = f'label_replace({expr}, "{schema.RULE_LABEL_CLASS}", {promql.quote(rc.name)}, "", "")'
-    elif schema.RULE_LABEL_CLASS in group and hist.class_label != schema.RULE_LABEL_CLASS:
-        expr = promql.rename_label(expr, hist.class_label, schema.RULE_LABEL_CLASS)
+    elif schema.RULE_LABEL_CLASS in group and hist.class_label not in (None, schema.RULE_LABEL_CLASS):
+        expr = promql.rename_label(expr, str(hist.class_label), schema.RULE_LABEL_CLASS)
     return expr
 
 

@@ -145,6 +145,10 @@ class SignalSource:
         del vllm
         return self.METRICS
 
+    def exported_name(self, sli: Sli) -> str:
+        """The histogram of an SLI as the source writes it (the rules may read a recorded series instead)."""
+        return self.METRICS.latency[sli]
+
     def fixed_buckets(self, vllm: VllmSettings, sli: Sli) -> tuple[float, ...] | None:
         """The boundaries the server exposes for an SLI whatever the spec says; None: they follow the spec."""
         del vllm

@@ -134,6 +134,9 @@ class LlmD(SignalSource):
     )
     lacks_note = "KV-cache usage and preemptions (a router has neither); request class on deprecated names"
 
+    def exported_name(self, sli: Sli) -> str:
+        return HISTOGRAMS[sli][0]
+
     def class_matchers(self, spec: Spec, request_class: RequestClass) -> tuple[tuple[str, str, str], ...]:
         own = ((SPEC_LABEL, "=", spec.service),)
         if request_class.match.priority:

@@ -40,11 +40,10 @@ METRICS: Final = SourceMetrics(
         }
     ),
     queue_time="",  # the conventions define no queue-time instrument
-    # The GenAI conventions define no queue gauge; the HTTP conventions' `http.server.active_requests` (OTLP:
-    # `http_server_active_requests`) is the one concurrency gauge such servers emit, so "full" reads it for both:
-    # the queue alert fires when a replica holds max_num_seqs requests or more.
+    # The GenAI conventions define no queue gauge (so no queue alert); the HTTP conventions'
+    # `http.server.active_requests` (OTLP: `http_server_active_requests`) is the concurrency gauge such servers emit.
     requests_running="http_server_active_requests",
-    requests_waiting="http_server_active_requests",
+    requests_waiting=None,
     kv_cache_usage=None,
     preemptions=None,
     # gen_ai.client.token.usage is the conventions' only token instrument (label gen_ai_token_type: input, output).
