@@ -26,12 +26,13 @@ KV-cache alerts come from the model servers' own metrics, with a spec for their 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
 
 from slokit.schema import Sli, SourceMetrics
-from slokit.sources.base import Draft, Problem, SignalSource
+from slokit.sources.base import RUNBOOK_WIDTH, Draft, Problem, SignalSource
 
 if TYPE_CHECKING:
     from slokit.spec.model import RequestClass, Spec
@@ -146,6 +147,15 @@ class LlmD(SignalSource):
             other is not request_class and set(other.models) & set(request_class.models) for other in spec.classes
         )
         return (*own, (FAIRNESS_LABEL, "=", request_class.name)) if shared else own
+
+    def runbook_note(self) -> list[str]:
+        text = (
+            "This service reads llm-d's endpoint picker: latency as the router sees it, from the request's arrival "
+            "to its first (TTFT) and last (E2E) response bytes, so it includes the time a request waits in the "
+            "router's flow control. A class that lists priorities reads the picker's priority label, a class sharing "
+            "its models reads its fairness ID (the class name), a class alone on its models reads all of them."
+        )
+        return textwrap.wrap(text, RUNBOOK_WIDTH - 2)
 
     def shared_model_problems(self, draft: Draft) -> list[Problem]:
         """Classes on one model are told apart by fairness_id or priority: nothing to refuse."""
