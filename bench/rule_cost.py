@@ -88,6 +88,7 @@ from slokit.backtest.evaluate import dependency_levels
 from slokit.generate.model import RecordingRule
 from slokit.generate.rules import rule_groups, sli_windows, window_interval, window_plans
 from slokit.local.prometheus import LocalPrometheus, PrometheusError, promtool
+from slokit.sources import vllm_releases
 from slokit.spec import Spec, load_spec_text
 from slokit.units import format_le, parse_duration, prom_duration
 
@@ -99,7 +100,7 @@ THRESHOLDS = {"chat": 0.5, "code": 0.25, "batch": 1.0, "agent": 2.5, "embed": 0.
 DEFAULT_CLASSES = 3
 FLEET = {"models": 50, "classes": 4}  # `--fleet`; ENGINES engines each, as every case
 ENGINES = 2
-BOUNDS = schema.VLLM_TTFT_BUCKETS
+BOUNDS = vllm_releases.TTFT_BUCKETS
 HISTORY_END = 1764633600  # 2025-12-02 00:00 UTC: pinned, so every run sees the same data
 # End times: minutes before the history's end, each 45s past that minute.
 FULL_ENDS: tuple[int, ...] = (1, 343, 680, 1057, 1391)

@@ -57,6 +57,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from slokit import schema
+from slokit.sources import exporter as exporter_source
 from slokit.units import parse_duration
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/results.py
@@ -289,7 +290,7 @@ def _scrape(host: str, port: int) -> tuple[float, str]:
 def _series(text: str) -> tuple[int, int, set[str]]:
     total = slokit = 0
     classes: set[str] = set()
-    marker = f'{schema.SLOKIT_METRICS.class_label}="'
+    marker = f'{exporter_source.METRICS.class_label}="'
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue

@@ -1,20 +1,10 @@
-"""Every metric, label and bucket table slokit reads or writes, per source.
+"""Every metric, label and bucket table slokit reads or writes that is common to every signal source.
 
-Generators, exporters, dashboards and runbooks never spell a metric name themselves; they ask this module. That
-keeps a vLLM rename (it has happened: `gpu_cache_usage_perc` -> `kv_cache_usage_perc`,
-`time_per_output_token_seconds` -> `inter_token_latency_seconds`) a one-line change.
-
-Two sources of request latency exist:
-
-* `vllm`: vLLM's own `/metrics`. Fixed names, labels `model_name` and `engine`, buckets fixed per vLLM version
-  (configurable only with `--custom-histogram-buckets` from 0.32). No request class.
-* `slokit`: slokit's stat-logger plugin inside vLLM. Labels `model`, `engine`, `class`; buckets placed on the
-  spec's thresholds, so every threshold is a boundary by construction.
-* `sglang`: SGLang's own `/metrics` (`--enable-metrics`). `sglang:` names, label `model_name`, fixed default
-  buckets per histogram (changeable per server with `--bucket-time-to-first-token` and friends). No request class.
-
-Any SLO may also read a histogram of its own (`metric: {histogram: ...}` in the spec, `CustomHistogram` below): a
-gateway's, another engine's, or one imported from a Pyrra/Sloth/OpenSLO file.
+Generators, exporters, dashboards and runbooks never spell a metric name themselves. The names, labels and buckets
+of one source (slokit's exporter, vLLM per release, SGLang, TGI, ...) live in that source's module under
+slokit/sources/, in the common shape `SourceMetrics` defined here; a histogram an SLO names itself
+(`metric: {histogram: ...}`) is a `CustomHistogram`. What stays here: the SLIs, where they are measured, the failure
+reasons, the GPU sidecar's names and the recorded series and labels the rules write.
 """
 
 from __future__ import annotations
@@ -24,15 +14,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
-
-
-class Source(StrEnum):
-    """Where request-latency histograms come from."""
-
-    VLLM = "vllm"
-    SLOKIT = "slokit"
-    SGLANG = "sglang"
-    TGI = "tgi"
 
 
 class Sli(StrEnum):
@@ -87,108 +68,14 @@ SLI_TITLES: Final = MappingProxyType(
     }
 )
 
-# --------------------------------------------------------------------------------------------------------------
-# vLLM's bucket families (vllm/v1/metrics/buckets.py). 0.30 and 0.31 share 0.32's boundaries but cannot change
-# them from the command line; 0.32 added --custom-histogram-buckets (PR #48867).
-# --------------------------------------------------------------------------------------------------------------
-VLLM_TTFT_BUCKETS: Final = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-VLLM_ITL_BUCKETS: Final = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
-VLLM_REQUEST_LATENCY_BUCKETS: Final = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-    960.0, 1920.0, 7680.0,
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class VllmVersion:
-    """What differs between vLLM releases that slokit must know about."""
-
-    version: str
-    buckets: MappingProxyType[str, tuple[float, ...]]  # bucket family -> boundaries
-    custom_histogram_buckets: bool  # whether `--custom-histogram-buckets` exists
-
-
-_VLLM_FAMILIES = MappingProxyType(
-    {
-        "time_to_first_token": VLLM_TTFT_BUCKETS,
-        "inter_token_latency": VLLM_ITL_BUCKETS,
-        "request_latency": VLLM_REQUEST_LATENCY_BUCKETS,
-    }
-)
-VLLM_VERSIONS: Final = MappingProxyType(
-    {
-        "0.32": VllmVersion("0.32", _VLLM_FAMILIES, custom_histogram_buckets=True),
-        "0.31": VllmVersion("0.31", _VLLM_FAMILIES, custom_histogram_buckets=False),
-        "0.30": VllmVersion("0.30", _VLLM_FAMILIES, custom_histogram_buckets=False),
-    }
-)
-DEFAULT_VLLM_VERSION: Final = "0.32"
-
-# The bucket family each SLI's vLLM histogram belongs to (a family key of --custom-histogram-buckets).
-VLLM_SLI_FAMILY: Final = MappingProxyType(
-    {
-        Sli.TTFT: "time_to_first_token",
-        Sli.ITL: "inter_token_latency",
-        Sli.TPOT: "inter_token_latency",
-        Sli.E2E: "request_latency",
-    }
-)
-
-# Default ladders for slokit's exporter; the spec's thresholds are merged in, so they are always boundaries.
-SLOKIT_DEFAULT_BUCKETS: Final = MappingProxyType(
-    {
-        Sli.TTFT: (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 60.0),
-        Sli.ITL: (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
-        Sli.TPOT: (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
-        Sli.E2E: (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0),
-    }
-)
-# Renard's R10 series: ten boundaries a decade, neighbours at most 1.26x apart (the bucket resolution a latency
-# histogram needs when an alert bounds p99/p50 by bucket edges).
-R10: Final = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
-
-
-def dense_ladder(low: float, high: float) -> tuple[float, ...]:
-    """R10 boundaries from `low` to `high` (seconds), both included as they are."""
-    out = {low, high}
-    decade = 10.0 ** math.floor(math.log10(low))
-    while decade <= high:
-        out.update(round(step * decade, 9) for step in R10 if low < step * decade < high)
-        decade *= 10
-    return tuple(sorted(out))
-
-
-SLOKIT_QUEUE_BUCKETS: Final = (
-    0.001,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-)
-
 
 # --------------------------------------------------------------------------------------------------------------
-# Metric names and labels per source.
+# The shape of one source's metric names and labels (each source module fills one in).
 # --------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SourceMetrics:
     """The names one source exposes. Histogram names are base names (add `_bucket`, `_count`, `_sum`)."""
 
-    source: Source
     # None: the series carry no model label (TGI: one model per server, so a spec with that source has one model,
     # which the rules write onto every recorded series).
     model_label: str | None
@@ -197,7 +84,7 @@ class SourceMetrics:
     latency: MappingProxyType[Sli, str]
     queue_time: str
     requests_running: str
-    requests_waiting: str
+    requests_waiting: str | None  # gauge of queued requests; None: the source has none (no queue alert)
     kv_cache_usage: str | None  # 0..1; None: the source has no KV-cache gauge (TGI), so no KV-cache alert
     preemptions: str | None  # counter; None: the source exports none (TGI)
     prompt_tokens: str  # counter
@@ -233,140 +120,6 @@ class SourceMetrics:
         return self.failed
 
 
-VLLM_METRICS: Final = SourceMetrics(
-    source=Source.VLLM,
-    model_label="model_name",
-    engine_label="engine",
-    class_label=None,
-    latency=MappingProxyType(
-        {
-            Sli.TTFT: "vllm:time_to_first_token_seconds",
-            Sli.ITL: "vllm:inter_token_latency_seconds",
-            Sli.TPOT: "vllm:request_time_per_output_token_seconds",
-            Sli.E2E: "vllm:e2e_request_latency_seconds",
-        }
-    ),
-    queue_time="vllm:request_queue_time_seconds",
-    requests_running="vllm:num_requests_running",
-    requests_waiting="vllm:num_requests_waiting",
-    kv_cache_usage="vllm:kv_cache_usage_perc",
-    preemptions="vllm:num_preemptions_total",
-    prompt_tokens="vllm:prompt_tokens_total",
-    generation_tokens="vllm:generation_tokens_total",
-    requests_finished="vllm:request_success_total",
-    finish_reason_label="finished_reason",
-    prefix_cache_queries="vllm:prefix_cache_queries_total",
-    prefix_cache_hits="vllm:prefix_cache_hits_total",
-    prompt_tokens_histogram="vllm:request_prompt_tokens",
-    # vLLM counts requests its admission control refused (labels model_name, reason; no engine): they never reach
-    # the engine, so they are in no histogram and never had a first token. Requests the client aborted are counted
-    # nowhere by vLLM (no finish record), and `request_success_total{finished_reason="error"}` cannot tell errors
-    # before the first token from later ones, and those requests are in the E2E histogram already: see docs/rules.md.
-    failed="vllm:admission_rejections_total",
-)
-
-# SGLang's own metrics (python/sglang/srt/metrics/collector.py, TokenizerMetricsCollector and
-# SchedulerMetricsCollector; docs/references/production_metrics.md). Default buckets as that file sets them when
-# the server runs without --bucket-time-to-first-token / --bucket-inter-token-latency / --bucket-e2e-request-latency.
-# SGLang has no per-engine index label: per-replica signals split by the scrape target's `instance`.
-SGLANG_TTFT_BUCKETS: Final = (
-    0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0,
-)  # fmt: skip
-SGLANG_ITL_BUCKETS: Final = (
-    0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4, 0.6,
-    0.8, 1.0, 2.0, 4.0, 6.0, 8.0,
-)  # fmt: skip
-SGLANG_E2E_BUCKETS: Final = (
-    0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0, 600.0,
-    1200.0, 1800.0, 2400.0,
-)  # fmt: skip
-# The server flag that changes each SLI's buckets (named in alignment errors).
-SGLANG_BUCKET_FLAGS: Final = MappingProxyType(
-    {
-        Sli.TTFT: "--bucket-time-to-first-token",
-        Sli.ITL: "--bucket-inter-token-latency",
-        Sli.E2E: "--bucket-e2e-request-latency",
-    }
-)
-SGLANG_BUCKETS: Final = MappingProxyType(
-    {Sli.TTFT: SGLANG_TTFT_BUCKETS, Sli.ITL: SGLANG_ITL_BUCKETS, Sli.E2E: SGLANG_E2E_BUCKETS}
-)
-
-SGLANG_METRICS: Final = SourceMetrics(
-    source=Source.SGLANG,
-    model_label="model_name",
-    engine_label="instance",
-    class_label=None,
-    # SGLang has no per-request time-per-output-token histogram; tpot is not available with source: sglang.
-    latency=MappingProxyType(
-        {
-            Sli.TTFT: "sglang:time_to_first_token_seconds",
-            Sli.ITL: "sglang:inter_token_latency_seconds",
-            Sli.E2E: "sglang:e2e_request_latency_seconds",
-        }
-    ),
-    queue_time="sglang:queue_time_seconds",
-    requests_running="sglang:num_running_reqs",
-    requests_waiting="sglang:num_queue_reqs",
-    kv_cache_usage="sglang:token_usage",  # share of the KV-cache token pool in use, 0..1
-    preemptions="sglang:num_retracted_requests_total",  # SGLang "retracts" a request when the KV cache runs out
-    prompt_tokens="sglang:prompt_tokens_total",
-    generation_tokens="sglang:generation_tokens_total",
-    requests_finished="sglang:num_requests_total",
-    finish_reason_label="",  # SGLang's request counter carries no finish reason
-    prefix_cache_queries=None,
-    prefix_cache_hits=None,
-    prompt_tokens_histogram=None,
-)
-
-
-def _tgi_duration_buckets() -> tuple[float, ...]:
-    # router/src/server.rs: 35 buckets, value = 0.0001 then value *= 1.5 before each push (f64, in this order, so
-    # the floats and their `le` spellings are the ones TGI writes).
-    value, out = 0.0001, []
-    for _ in range(35):
-        value *= 1.5
-        out.append(value)
-    return tuple(out)
-
-
-# Hugging Face text-generation-inference (TGI) router metrics (router/src/server.rs): `source: tgi` reads them (see
-# TGI_METRICS), and any SLO may name them (`metric: {histogram: tgi_request_duration}`); every `*_duration`
-# histogram has the same buckets, which slokit then knows for the alignment check.
-TGI_DURATION_BUCKETS: Final = _tgi_duration_buckets()
-TGI_HISTOGRAMS: Final = MappingProxyType(
-    {
-        Sli.E2E: "tgi_request_duration",  # whole request, validation to last token
-        Sli.TPOT: "tgi_request_mean_time_per_token_duration",  # per request: decode time / generated tokens
-    }
-)
-TGI_QUEUE_HISTOGRAM: Final = "tgi_request_queue_duration"
-
-# `source: tgi`: TGI's router /metrics (router/src/server.rs, backends/v3/src/{queue,backend}.rs and
-# docs/source/reference/metrics.md; v3.3.7). No model label (one model per server), no engine index (replicas are
-# told apart by the scrape target), no TTFT or inter-token histogram, no KV-cache gauge and no preemption counter.
-# Token counts come from the `_sum` of TGI's per-request token histograms, which only grow.
-TGI_METRICS: Final = SourceMetrics(
-    source=Source.TGI,
-    model_label=None,
-    engine_label="instance",
-    class_label=None,
-    latency=TGI_HISTOGRAMS,
-    queue_time=TGI_QUEUE_HISTOGRAM,
-    requests_running="tgi_batch_current_size",
-    requests_waiting="tgi_queue_size",
-    kv_cache_usage=None,
-    preemptions=None,
-    prompt_tokens="tgi_request_input_length_sum",
-    generation_tokens="tgi_request_generated_tokens_sum",
-    requests_finished="tgi_request_success",
-    finish_reason_label="",  # TGI's success counter carries no finish reason
-    prefix_cache_queries=None,
-    prefix_cache_hits=None,
-    prompt_tokens_histogram="tgi_request_input_length",
-)
-
-
 @dataclass(frozen=True)
 class CustomHistogram:
     """The histogram one SLO reads, in one shape: a histogram the SLO names itself (`metric: {histogram: ...}`:
@@ -398,78 +151,13 @@ class CustomHistogram:
         return seconds if self.scale == 1.0 else round(seconds / self.scale, 9)
 
 
-# slokit's exporter. Names follow prometheus.io's naming rules: `slokit_` prefix, base units, no colons
-# (vLLM unregisters every collector whose name starts with `vllm:` when an engine starts).
-SLOKIT_METRICS: Final = SourceMetrics(
-    source=Source.SLOKIT,
-    model_label="model",
-    engine_label="engine",
-    class_label="class",
-    latency=MappingProxyType(
-        {
-            Sli.TTFT: "slokit_time_to_first_token_seconds",
-            Sli.ITL: "slokit_inter_token_latency_seconds",
-            Sli.TPOT: "slokit_time_per_output_token_seconds",
-            Sli.E2E: "slokit_e2e_request_latency_seconds",
-        }
-    ),
-    queue_time="slokit_request_queue_time_seconds",
-    requests_running="slokit_requests_running",
-    requests_waiting="slokit_requests_waiting",
-    kv_cache_usage="slokit_kv_cache_usage_ratio",
-    preemptions="slokit_preemptions_total",
-    prompt_tokens="slokit_prompt_tokens_total",
-    generation_tokens="slokit_generation_tokens_total",
-    requests_finished="slokit_requests_finished_total",
-    finish_reason_label="finish_reason",
-    prefix_cache_queries="slokit_prefix_cache_queries_total",
-    prefix_cache_hits="slokit_prefix_cache_hits_total",
-    prompt_tokens_histogram="slokit_request_prompt_tokens",
-    frontend_latency=MappingProxyType(
-        {
-            Sli.TTFT: "slokit_frontend_time_to_first_token_seconds",
-            Sli.E2E: "slokit_frontend_e2e_request_latency_seconds",
-        }
-    ),
-    failed="slokit_requests_failed_total",
-    frontend_failed="slokit_frontend_requests_failed_total",
-)
-
-# Exporter self-metrics and the info metric (slokit source only).
-SLOKIT_EXPORTER_INFO: Final = "slokit_exporter_info"  # labels: spec_hash, slokit_version, vllm_version
-SLOKIT_EXPORTER_ERRORS: Final = "slokit_exporter_errors_total"  # label: stage
-SLOKIT_RECORD_DURATION: Final = "slokit_record_duration_seconds"
-SLOKIT_RECORD_DURATION_BUCKETS: Final = (
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1,
-)  # fmt: skip
-# Per-class request counts as the exporter's frontend sees them (labels model, class): running = has its first
-# token, waiting = admitted without a first token yet (queued or prefilling). Engine totals are requests_running
-# and requests_waiting above (labels model, engine), from vLLM's scheduler.
-SLOKIT_CLASS_REQUESTS_RUNNING: Final = "slokit_class_requests_running"
-SLOKIT_CLASS_REQUESTS_WAITING: Final = "slokit_class_requests_waiting"
-SLOKIT_SPEC_ENV: Final = "SLOKIT_SPEC"  # environment variable naming the spec file the exporter reads
-
 # Prometheus's own series of pending and firing alerts (labels alertname, alertstate and the alert's labels); the
 # dashboards draw slokit's firing alerts on every panel from it.
 PROMETHEUS_ALERTS: Final = "ALERTS"
 
-# vLLM's speculative-decoding counters (only with --speculative-config; labels model_name, engine). The runbook's
-# tuning section reads them for the draft acceptance rate.
-VLLM_SPEC_DECODE_DRAFT_TOKENS: Final = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_SPEC_DECODE_ACCEPTED_TOKENS: Final = "vllm:spec_decode_num_accepted_tokens_total"
-
 OTHER_CLASS: Final = "other"  # class label value for requests the spec does not declare
 DEFAULT_CLASS: Final = "default"  # the single class used when the exporter runs without a spec
 CLASS_HEADER: Final = "x-slokit-class"  # HTTP header clients set to name their request class
-
-
-def metrics_for(source: Source) -> SourceMetrics:
-    """The metric table for a source."""
-    if source is Source.SGLANG:
-        return SGLANG_METRICS
-    if source is Source.TGI:
-        return TGI_METRICS
-    return VLLM_METRICS if source is Source.VLLM else SLOKIT_METRICS
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import yaml
 from slokit import schema
 from slokit.generate import alerts, dashboards, rules, runbook
 from slokit.local.prometheus import LocalPrometheus, OpenMetricsWriter, PrometheusError, backfill_openmetrics
+from slokit.sources import vllm as vllm_source
 from slokit.spec import Spec, load_spec
 from slokit.units import prom_duration
 from tests.test_dashboards import substitute
@@ -33,8 +34,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.prometheus, pytest.mark.slow]
 CANNOT_EXIST = {
     schema.RECORD_EXPECTED_DECODE_TOKENS: "the test model names no planner preset or GPU, so no expected "
     "decode tokens/s is recorded for it",
-    schema.VLLM_SPEC_DECODE_DRAFT_TOKENS: "the test engine runs without speculative decoding",
-    schema.VLLM_SPEC_DECODE_ACCEPTED_TOKENS: "the test engine runs without speculative decoding",
+    vllm_source.DRAFT_ACCEPTANCE.drafted: "the test engine runs without speculative decoding",
+    vllm_source.DRAFT_ACCEPTANCE.accepted: "the test engine runs without speculative decoding",
 }
 GPU_METRICS = [v for k, v in vars(schema).items() if k.startswith("GPU_") and str(v).startswith("slokit_gpu_")]
 GPU_UUIDS = ("GPU-00000000-0000-0000-0000-000000000001", "GPU-00000000-0000-0000-0000-000000000002")
@@ -279,7 +280,7 @@ def test_panels_read_the_values_that_were_written(stack: tuple[Spec, LocalPromet
     def by_key(samples: Any) -> dict[str, float]:
         totals: dict[str, float] = {}
         for sample in samples:
-            key = sample.labels.get(spec.metrics.class_label, "all") if spec.source is schema.Source.SLOKIT else "all"
+            key = sample.labels.get(spec.metrics.class_label, "all") if spec.source.name == "slokit" else "all"
             totals[key] = totals.get(key, 0.0) + sample.value
         return totals
 
@@ -287,4 +288,4 @@ def test_panels_read_the_values_that_were_written(stack: tuple[Spec, LocalPromet
     after = by_key(prom.query(count).samples)
     got = {key: value - before.get(key, 0.0) for key, value in after.items()}
     got = {k: v for k, v in got.items() if v}  # `other` saw none
-    assert got == ({"chat": 20, "batch": 8} if spec.source is schema.Source.SLOKIT else {"all": 28})
+    assert got == ({"chat": 20, "batch": 8} if spec.source.name == "slokit" else {"all": 28})

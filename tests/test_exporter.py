@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.exporter_overhead import ENGINE_SPEC, FrontendSim, make_vllm_config
-from slokit import schema
 from slokit.exporters.classes import (
     CLASS_HEADER_VAR,
     ClassHeaderMiddleware,
@@ -31,9 +30,10 @@ from slokit.exporters.classes import (
     plan_buckets,
 )
 from slokit.schema import Sli
+from slokit.sources import exporter as exporter_source
 from slokit.spec import load_spec
 
-M = schema.SLOKIT_METRICS
+M = exporter_source.METRICS
 DECLARED = ("chat", "batch", "other")
 
 
@@ -90,7 +90,7 @@ def test_without_a_spec_there_is_one_default_class() -> None:
     classes = ClassMap.from_spec(None)
     assert classes.names == ("default",)
     assert classes.classify("chat", 5, 1000) == 0
-    assert plan_buckets(None)[Sli.TTFT] == schema.SLOKIT_DEFAULT_BUCKETS[Sli.TTFT]
+    assert plan_buckets(None)[Sli.TTFT] == exporter_source.DEFAULT_BUCKETS[Sli.TTFT]
 
 
 def test_bad_spec_path_is_a_clear_error(tmp_path: Path) -> None:
@@ -194,10 +194,10 @@ def test_per_class_counts_tokens_and_buckets(vllm_config: Any) -> None:
     for sli in Sli:
         les = {lab["le"] for n, lab, _ in samples(logger) if n == M.latency[sli] + "_bucket"}
         assert les == {*(repr(float(b)) for b in spec.buckets(sli)), "+Inf"}
-    assert value(logger, schema.SLOKIT_CLASS_REQUESTS_RUNNING) == 0
-    assert value(logger, schema.SLOKIT_CLASS_REQUESTS_WAITING) == 0
-    assert value(logger, schema.SLOKIT_EXPORTER_ERRORS) == 0
-    assert value(logger, schema.SLOKIT_EXPORTER_INFO, class_tracking="true", spec_hash=spec.digest) == 1
+    assert value(logger, exporter_source.CLASS_REQUESTS_RUNNING) == 0
+    assert value(logger, exporter_source.CLASS_REQUESTS_WAITING) == 0
+    assert value(logger, exporter_source.EXPORTER_ERRORS) == 0
+    assert value(logger, exporter_source.EXPORTER_INFO, class_tracking="true", spec_hash=spec.digest) == 1
 
 
 @pytest.mark.vllm
@@ -246,15 +246,15 @@ def test_a_rebuilt_logger_replaces_its_store_and_a_new_registry_at_a_freed_addre
 def test_faults_are_counted_and_never_raised(vllm_config: Any) -> None:
     logger = make_logger(vllm_config, SLOKIT_EXPORTER_DRILL_HEADER="drill")
     logger.record(None, object())  # not an IterationStats at all
-    assert value(logger, schema.SLOKIT_EXPORTER_ERRORS, stage="record") == 1
+    assert value(logger, exporter_source.EXPORTER_ERRORS, stage="record") == 1
     sim = FrontendSim(seed=3)
     for _ in range(3):
         sim.add("drill", 10, 2)
         sim.add("chat", 10, 2)
     drain(sim, logger)
-    assert value(logger, schema.SLOKIT_EXPORTER_ERRORS, stage="finished") == 3
+    assert value(logger, exporter_source.EXPORTER_ERRORS, stage="finished") == 3
     assert value(logger, M.requests_finished, **{"class": "chat"}) == 3  # the rest of each batch is recorded
-    assert value(logger, schema.SLOKIT_CLASS_REQUESTS_RUNNING) == 0  # faulted requests are still forgotten
+    assert value(logger, exporter_source.CLASS_REQUESTS_RUNNING) == 0  # faulted requests are still forgotten
 
 
 @pytest.mark.vllm
@@ -265,13 +265,13 @@ def test_aborted_requests_are_counted_and_forgotten(vllm_config: Any) -> None:
     gone = sim.add("batch", 10, 50)
     scheduler, iteration = sim.step()
     logger.record(scheduler, iteration)
-    assert value(logger, schema.SLOKIT_CLASS_REQUESTS_RUNNING) == 2
+    assert value(logger, exporter_source.CLASS_REQUESTS_RUNNING) == 2
     logger._next_sweep = 0.0
     scheduler, iteration = sim.step(abort=[gone])
     logger.record(scheduler, iteration)
     assert value(logger, M.requests_finished, **{"class": "batch", M.finish_reason_label: "abort"}) == 1
-    assert value(logger, schema.SLOKIT_CLASS_REQUESTS_RUNNING, **{"class": "batch"}) == 0
-    assert value(logger, schema.SLOKIT_CLASS_REQUESTS_RUNNING, **{"class": "chat"}) == 1
+    assert value(logger, exporter_source.CLASS_REQUESTS_RUNNING, **{"class": "batch"}) == 0
+    assert value(logger, exporter_source.CLASS_REQUESTS_RUNNING, **{"class": "chat"}) == 1
     assert keep in logger._by_external  # the running request is still tracked
 
 
@@ -306,7 +306,7 @@ def test_without_a_spec_everything_is_default(vllm_config: Any) -> None:
     assert {lab["class"] for _, lab, _ in samples(logger) if "class" in lab} == {"default"}
     assert value(logger, M.requests_finished, **{"class": "default"}) == 2
     les = {lab["le"] for n, lab, _ in samples(logger) if n == M.latency[Sli.E2E] + "_bucket"}
-    assert les == {*(repr(float(b)) for b in schema.SLOKIT_DEFAULT_BUCKETS[Sli.E2E]), "+Inf"}
+    assert les == {*(repr(float(b)) for b in exporter_source.DEFAULT_BUCKETS[Sli.E2E]), "+Inf"}
 
 
 @pytest.fixture

@@ -21,12 +21,14 @@ from slokit import schema
 from slokit.local.tiny_model import prompt_token_count
 from slokit.local.vllm_server import VllmServer
 from slokit.schema import Sli
+from slokit.sources import exporter as exporter_source
+from slokit.sources import vllm_releases
 from slokit.spec import load_spec
 from tests.fixtures_vllm import DRILL_CLASS, ENGINE_SPEC
 
 pytestmark = pytest.mark.vllm
-M = schema.SLOKIT_METRICS
-V = schema.VLLM_METRICS
+M = exporter_source.METRICS
+V = vllm_releases.METRICS
 OUTPUT_TOKENS = 6
 
 Samples = list[tuple[str, dict[str, str], float]]
@@ -157,8 +159,8 @@ def test_a_fault_inside_the_logger_is_counted_and_requests_keep_succeeding(vllm_
     healthy = stream_completion(vllm_server, "still there?", "chat")
     after = scrape(vllm_server)
     assert all(t.status == 200 for t in timings) and healthy.status == 200
-    assert delta(before, after, schema.SLOKIT_EXPORTER_ERRORS, stage="finished") == 5
-    assert delta(before, after, schema.SLOKIT_EXPORTER_ERRORS, stage="record") == 0
+    assert delta(before, after, exporter_source.EXPORTER_ERRORS, stage="finished") == 5
+    assert delta(before, after, exporter_source.EXPORTER_ERRORS, stage="record") == 0
     assert delta(before, after, M.requests_finished, **{"class": "chat"}) == 1
     assert delta(before, after, V.requests_finished) == 6  # vLLM's own logger saw every request
-    assert total(after, schema.SLOKIT_EXPORTER_INFO, class_tracking="true") == 1
+    assert total(after, exporter_source.EXPORTER_INFO, class_tracking="true") == 1

@@ -18,11 +18,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from slokit import schema
 from slokit.schema import Sli
+from slokit.sources import exporter as exporter_source
 
 ROOT = Path(__file__).resolve().parent.parent
-M = schema.SLOKIT_METRICS
+M = exporter_source.METRICS
 
 WRITER = """
 import sys
@@ -77,5 +77,5 @@ def test_two_api_server_processes_merge_on_the_multiprocess_endpoint(tmp_path: P
     assert total(M.latency[Sli.ITL] + "_count", **{"class": "chat"}) == 6 * 3
     assert total(M.prompt_tokens, **{"class": "batch"}) == 2 * 250
     assert total(M.latency[Sli.TTFT] + "_bucket", le="+Inf") == 8
-    assert total(schema.SLOKIT_CLASS_REQUESTS_RUNNING) == 0
-    assert total(schema.SLOKIT_EXPORTER_ERRORS) == 0
+    assert total(exporter_source.CLASS_REQUESTS_RUNNING) == 0
+    assert total(exporter_source.EXPORTER_ERRORS) == 0

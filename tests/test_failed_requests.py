@@ -34,13 +34,14 @@ from slokit.local.prometheus import run_rule_tests
 from slokit.local.vllm_server import VllmServer
 from slokit.promql import selector
 from slokit.schema import FailReason, Sli
+from slokit.sources import exporter as exporter_source
 from slokit.spec import load_spec, load_spec_text
 from slokit.units import format_le
 from tests.fixtures_vllm import ENGINE_SPEC, MAX_NUM_SEQS
 from tests.test_exporter import make_logger, value
 from tests.test_exporter_engine import Samples, scrape, total
 
-M = schema.SLOKIT_METRICS
+M = exporter_source.METRICS
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -127,7 +128,7 @@ def test_aborts_before_the_first_token_are_failures_and_later_ones_not(vllm_conf
     assert _failed(logger, "chat", "abort", engine="0") == 3
     assert value(logger, M.requests_finished, **{"class": "chat", M.finish_reason_label: "abort"}) == 4
     assert value(logger, M.latency[Sli.TTFT] + "_count", **{"class": "chat"}) == 1  # no fake observation
-    assert value(logger, schema.SLOKIT_CLASS_REQUESTS_WAITING, **{"class": "chat"}) == 0
+    assert value(logger, exporter_source.CLASS_REQUESTS_WAITING, **{"class": "chat"}) == 0
 
 
 @pytest.mark.vllm
@@ -215,7 +216,7 @@ def _wait(server: VllmServer, test: Any, timeout: float, trace: list[str] | None
     while True:
         samples = scrape(server)
         if trace is not None:
-            waiting, running = schema.SLOKIT_CLASS_REQUESTS_WAITING, schema.SLOKIT_CLASS_REQUESTS_RUNNING
+            waiting, running = exporter_source.CLASS_REQUESTS_WAITING, exporter_source.CLASS_REQUESTS_RUNNING
             finished = M.frontend_latency[Sli.E2E] + "_count"
             trace.append(
                 f"{time.monotonic() - start:.2f}s waiting batch={total(samples, waiting, **{'class': 'batch'}):g}"
@@ -255,13 +256,13 @@ def _abandon_round(server: VllmServer) -> _Round:
     trace: list[str] = []
 
     def batch_waiting(s: Samples) -> float:
-        return total(s, schema.SLOKIT_CLASS_REQUESTS_WAITING, **{"class": "batch"})
+        return total(s, exporter_source.CLASS_REQUESTS_WAITING, **{"class": "batch"})
 
     def grew(s: Samples, name: str) -> float:
         return _chat(s, name) - _chat(before, name)
 
     def settled(s: Samples) -> bool:  # no chat request left in the frontend's view, each failure seen by the engine
-        in_flight = _chat(s, schema.SLOKIT_CLASS_REQUESTS_WAITING) + _chat(s, schema.SLOKIT_CLASS_REQUESTS_RUNNING)
+        in_flight = _chat(s, exporter_source.CLASS_REQUESTS_WAITING) + _chat(s, exporter_source.CLASS_REQUESTS_RUNNING)
         return in_flight == 0 and grew(s, engine_failed) >= grew(s, frontend_failed)
 
     try:
@@ -276,8 +277,8 @@ def _abandon_round(server: VllmServer) -> _Round:
             sock.sendall(_completion(server, "chat", 8, stream=True))
             sockets.append(sock)
         trace.append("chat requests sent")
-        waiting = _wait(server, lambda s: _chat(s, schema.SLOKIT_CLASS_REQUESTS_WAITING) >= ABANDONED, 60, trace)
-        queued = _chat(waiting, schema.SLOKIT_CLASS_REQUESTS_WAITING)
+        waiting = _wait(server, lambda s: _chat(s, exporter_source.CLASS_REQUESTS_WAITING) >= ABANDONED, 60, trace)
+        queued = _chat(waiting, exporter_source.CLASS_REQUESTS_WAITING)
         for sock in sockets:  # the clients give up before any byte of the answer: the connection is reset
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()

@@ -26,6 +26,7 @@ from slokit.local.prometheus import run_rule_tests
 from slokit.local.vllm_server import VllmServer
 from slokit.probe import Endpoint, Limits, Load, Workload, measure_level
 from slokit.schema import Sli
+from slokit.sources import exporter as exporter_source
 from slokit.spec import Spec, load_spec, load_spec_text
 from tests.slow_asgi import DELAY_HEADER
 
@@ -34,8 +35,8 @@ DELAYS_MS = tuple(300 + 20 * (i % 12) for i in range(40))
 TOLERANCE_S = 0.005
 TRIES = 3  # per delay, where the client's reading was disturbed (see the test)
 SCHEDULING_S = 0.05  # a single request's stamps may differ by an OS scheduling delay (p50 and p95 may not)
-FRONTEND_TTFT = schema.SLOKIT_METRICS.frontend_latency[Sli.TTFT]
-ENGINE_TTFT = schema.SLOKIT_METRICS.latency[Sli.TTFT]
+FRONTEND_TTFT = exporter_source.METRICS.frontend_latency[Sli.TTFT]
+ENGINE_TTFT = exporter_source.METRICS.latency[Sli.TTFT]
 
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -137,7 +137,7 @@ def test_every_example_generates_the_deployment_side(objects: dict[str, Any], sp
         assert objects[f"exporters/{spec.service}-prometheus-adapter.yaml"]["kind"] == "ConfigMap"
         assert objects[f"exporters/{spec.service}.prometheusrule.yaml"]["kind"] == "PrometheusRule"
         has_spec_map = f"exporters/{spec.service}-configmap.yaml" in objects
-        assert has_spec_map == (spec.source is schema.Source.SLOKIT)  # vLLM's own metrics need no plugin
+        assert has_spec_map == (spec.source.name == "slokit")  # vLLM's own metrics need no plugin
     per_model = [data for data in objects.values() if data["kind"] == "Deployment"]
     assert len(per_model) == sum(len(spec.models) for spec in specs)
     for kind in ("Service", "HorizontalPodAutoscaler"):
@@ -243,7 +243,7 @@ def test_the_vllm_container_gets_the_spec_and_its_gpus(specs: list[Spec], object
             assert args[args.index("--served-model-name") + 1] == model.name
             assert args[args.index("--max-num-seqs") + 1] == str(model.max_num_seqs)
             env = {e["name"]: e["value"] for e in vllm["env"]}
-            if spec.source is schema.Source.SLOKIT:
+            if spec.source.name == "slokit":
                 configmap = objects[f"exporters/{spec.service}-configmap.yaml"]
                 mount = next(m for m in vllm["volumeMounts"] if m["name"] == "slokit-spec")
                 key = env["SLOKIT_SPEC"].removeprefix(mount["mountPath"] + "/")

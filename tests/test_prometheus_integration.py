@@ -39,6 +39,7 @@ from slokit.local.prometheus import (
     move_blocks,
 )
 from slokit.promql import histogram_quantile
+from slokit.sources import exporter as exporter_source
 from slokit.spec import Spec, load_spec_text
 from slokit.units import format_le, prom_duration
 
@@ -199,7 +200,7 @@ class _Exporter(BaseHTTPRequestHandler):
             le = "+Inf" if math.isinf(bound) else format_le(bound)
             lines.append(f'{name}_bucket{{{lab},le="{le}"}} {value!r}')
         lines += [f"{name}_count{{{lab}}} {values[-1]!r}", f"{name}_sum{{{lab}}} 0"]
-        finished = schema.SLOKIT_METRICS.requests_finished
+        finished = exporter_source.METRICS.requests_finished
         lines += [f"# TYPE {finished} counter", f'{finished}{{{lab},finish_reason="stop"}} {values[-1]!r}']
         body = ("\n".join(lines) + "\n").encode()
         self.send_response(200)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slokit.schema import Sli, Source
+from slokit.schema import Sli
 from slokit.spec import SpecError, SpecIssue, load_spec, load_spec_text
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
@@ -52,7 +52,7 @@ def test_examples_are_valid(path: Path) -> None:
 
 def test_minimal_spec_defaults() -> None:
     spec = load_spec_text(MINIMAL, "spec.yaml")
-    assert spec.source is Source.SLOKIT
+    assert spec.source.name == "slokit"
     assert spec.window == 28 * 86400
     assert [w.long for w in spec.alerting.burn_rates] == [3600, 6 * 3600, 86400, 3 * 86400]
     assert spec.alerting.severity.page == "critical"
@@ -152,7 +152,7 @@ def test_all_errors_are_reported_in_one_run() -> None:
          "budget_percent: 2}", "alerting.burn_rates[0].severity", "'page' or 'ticket'"),
         ("service: svc", "service: svc\nalerting:\n  burn_rates:\n    - {severity: page, long: 1h, short: 5m, "
          "budget_percent: 200}", "alerting.burn_rates[0].budget_percent", "<= 100"),
-        ("service: svc", "service: svc\nvllm: {version: '0.9'}", "vllm.version", "known versions"),
+        ("service: svc", "service: svc\nvllm: {version: '0.7'}", "vllm.version", "known versions"),
     ],
 )  # fmt: skip
 def test_each_error(old: str, new: str, field: str, words: str) -> None:

@@ -33,6 +33,7 @@ from slokit.generate import generate_all
 from slokit.generate.engines import Engine
 from slokit.local.procs import LOOPBACK, ManagedProcess, free_port
 from slokit.local.prometheus import LocalPrometheus, find_binary
+from slokit.sources import exporter as exporter_source
 from slokit.spec import load_spec, load_spec_text
 from slokit.units import format_le
 
@@ -86,7 +87,7 @@ class _Exporter(BaseHTTPRequestHandler):
             le = "+Inf" if math.isinf(bound) else format_le(bound)
             lines.append(f'{self.metric}_bucket{{{lab},le="{le}"}} {value!r}')
         lines += [f"{self.metric}_count{{{lab}}} {good + slow!r}", f"{self.metric}_sum{{{lab}}} 0"]
-        finished = schema.SLOKIT_METRICS.requests_finished
+        finished = exporter_source.METRICS.requests_finished
         lines += [f"# TYPE {finished} counter", f'{finished}{{{lab},finish_reason="stop"}} {good + slow!r}']
         body = ("\n".join(lines) + "\n").encode()
         self.send_response(200)

@@ -498,7 +498,7 @@ def check_history(spec: Spec, names: set[str], lo: float, hi: float, where: str)
     if not present:
         other = sorted(names)[:8]
         raise NoDataError(
-            f"{where}: none of the spec's metrics ({spec.source.value} source: {', '.join(wanted[:4])}, ...) "
+            f"{where}: none of the spec's metrics ({spec.source.name} source: {', '.join(wanted[:4])}, ...) "
             f"are in the history; it has {', '.join(other) or 'no series'}{', ...' if len(names) > 8 else ''}. "
             f"Is `source:` right (vllm for vLLM's own /metrics, slokit for slokit's exporter)?"
         )

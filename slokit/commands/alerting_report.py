@@ -11,7 +11,7 @@ import itertools
 import math
 
 from slokit.generate import alerts
-from slokit.schema import Sli, Source
+from slokit.schema import Sli
 from slokit.spec import Spec
 from slokit.spec.model import DEFAULT_PAGE_TIERS, DEFAULT_TICKET_TIERS
 from slokit.units import format_duration
@@ -130,12 +130,13 @@ def warnings(spec: Spec) -> list[str]:
                     f"{rc.name} {sli.value}: a total outage pages only after {_when(fastest)}, later than "
                     f"{format_duration(alerts.PAGE_WITHIN)}; add a page tier with shorter windows"
                 )
-            if sli is Sli.TTFT and spec.source is Source.VLLM:
+            if sli is Sli.TTFT:
                 boundary = alerts.scale_out_boundary(spec, rc)
                 wanted = objective.threshold * spec.alerting.scale_out.fraction_of_slo
                 if abs(boundary - wanted) > 1e-9 * wanted:
+                    histogram = spec.histogram(rc, Sli.TTFT).name
                     out.append(
-                        f"{rc.name} ttft: vLLM has no bucket boundary at {format_duration(wanted)} "
+                        f"{rc.name} ttft: {histogram} has no bucket boundary at {format_duration(wanted)} "
                         f"({spec.alerting.scale_out.fraction_of_slo:g} x {format_duration(objective.threshold)}); "
                         f"scale-out counts requests above {format_duration(boundary)}, the nearest boundary at or "
                         f"below, an effective fraction of {boundary / objective.threshold:.3g}"

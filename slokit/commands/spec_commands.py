@@ -47,7 +47,7 @@ def validate(
     print_scrape_warnings(loaded)
     for spec in loaded:
         classes = ", ".join(c.name for c in spec.classes)
-        typer.echo(f"{spec.path}: ok (service {spec.service}, source {spec.source.value}, classes {classes})")
+        typer.echo(f"{spec.path}: ok (service {spec.service}, source {spec.source.name}, classes {classes})")
         for line in burn_report(spec):
             typer.echo(line)
         for line in warnings(spec):

@@ -31,6 +31,7 @@ from slokit.local.alertmanager import Alertmanager, start_alertmanager, with_web
 from slokit.local.procs import LOOPBACK, ManagedProcess, free_port
 from slokit.local.prometheus import LocalPrometheus
 from slokit.local.webhook import Notification, WebhookReceiver
+from slokit.sources import exporter as exporter_source
 from slokit.spec import Spec
 from slokit.units import parse_duration
 
@@ -270,7 +271,7 @@ class StackStarter:
         prometheus.wait_for(f"{self.metrics.requests_running}{readings.selector(False)}", timeout=60)
         # Both exporters, as Prometheus sees them: slokit's plugin inside vLLM running this very spec (its info
         # metric carries the spec's digest) with per-class tracking on, and the GPU sidecar answering without a GPU.
-        info = prometheus.query(f"{schema.SLOKIT_EXPORTER_INFO}{readings.selector(False)}")
+        info = prometheus.query(f"{exporter_source.EXPORTER_INFO}{readings.selector(False)}")
         labels = dict(info.samples[0].labels) if info.samples else {}
         gpu_up = readings.value(schema.GPU_UP)
         problems = []

@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from slokit import schema
 from slokit.schema import Sli
+from slokit.sources import exporter as exporter_source
 from slokit.spec import Spec, SpecError, load_spec
 from slokit.units import format_le
 
@@ -96,13 +97,13 @@ class ClassMap:
 def load_exporter_spec(environ: MutableMapping[str, str] | None = None) -> Spec | None:
     """The spec named by `SLOKIT_SPEC`, or None when it is unset or empty."""
     env = os.environ if environ is None else environ
-    path = env.get(schema.SLOKIT_SPEC_ENV, "").strip()
+    path = env.get(exporter_source.SPEC_ENV, "").strip()
     if not path:
         return None
     try:
         return load_spec(Path(path))
     except SpecError as exc:
-        raise ExporterConfigError(f"{schema.SLOKIT_SPEC_ENV}={path} is not a usable slokit spec:\n{exc}") from None
+        raise ExporterConfigError(f"{exporter_source.SPEC_ENV}={path} is not a usable slokit spec:\n{exc}") from None
 
 
 def model_label(spec: Spec | None, served_model_name: str) -> tuple[str, str | None]:
@@ -130,7 +131,7 @@ def model_label(spec: Spec | None, served_model_name: str) -> tuple[str, str | N
 def plan_buckets(spec: Spec | None) -> dict[Sli, tuple[float, ...]]:
     """Histogram boundaries per SLI: the spec's (every threshold a boundary), else slokit's default ladders."""
     if spec is None:
-        return {sli: tuple(schema.SLOKIT_DEFAULT_BUCKETS[sli]) for sli in Sli}
+        return {sli: tuple(exporter_source.DEFAULT_BUCKETS[sli]) for sli in Sli}
     return {sli: tuple(spec.buckets(sli)) for sli in Sli}
 
 

@@ -58,11 +58,12 @@ from slokit.exporters.classes import (
     token_buckets,
 )
 from slokit.schema import Sli
+from slokit.sources import exporter as exporter_source
 
 __all__ = ["SlokitStatLogger"]
 
 _log = logging.getLogger("slokit.exporter")
-M: Final = schema.SLOKIT_METRICS
+M: Final = exporter_source.METRICS
 ERROR_STAGES: Final = ("record", "finished", "track", "hook", "collect", "frontend")
 # vLLM finish reasons that, before the first token, make a request a failure (reason label on the failed counter).
 _FAILED_FINISH: Final = {"abort": schema.FailReason.ABORT.value, "error": schema.FailReason.ERROR.value}
@@ -262,7 +263,7 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             buckets[Sli.E2E],
         )  # fmt: skip
         f["queue"] = store.histogram(
-            M.queue_time, "Time requests spent queued before first scheduled.", mec, schema.SLOKIT_QUEUE_BUCKETS
+            M.queue_time, "Time requests spent queued before first scheduled.", mec, exporter_source.QUEUE_BUCKETS
         )
         f["prompt_len"] = store.histogram(
             _declared(M.prompt_tokens_histogram),
@@ -279,30 +280,32 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         f["prompt_tokens"] = store.counter(M.prompt_tokens, "Prompt tokens prefilled, by class.", mec)
         f["generation_tokens"] = store.counter(M.generation_tokens, "Generated tokens, by class.", mec)
         f["running"] = store.gauge(M.requests_running, "Requests in the engine's running batch (scheduler).", me)
-        f["waiting"] = store.gauge(M.requests_waiting, "Requests waiting in the engine's queue (scheduler).", me)
+        f["waiting"] = store.gauge(
+            _declared(M.requests_waiting), "Requests waiting in the engine's queue (scheduler).", me
+        )
         f["kv"] = store.gauge(_declared(M.kv_cache_usage), "KV-cache block usage, 0 to 1.", me)
         f["preemptions"] = store.counter(_declared(M.preemptions), "Requests preempted by the scheduler.", me)
         f["prefix_queries"] = store.counter(_declared(M.prefix_cache_queries), "Prefix-cache queried tokens.", me)
         f["prefix_hits"] = store.counter(_declared(M.prefix_cache_hits), "Prefix-cache hit tokens.", me)
         f["class_running"] = store.gauge(
-            schema.SLOKIT_CLASS_REQUESTS_RUNNING, "Requests past their first token, by class (frontend view).",
+            exporter_source.CLASS_REQUESTS_RUNNING, "Requests past their first token, by class (frontend view).",
             (MODEL_LABEL, "class"), multiprocess_mode="livesum",
         )  # fmt: skip
         f["class_waiting"] = store.gauge(
-            schema.SLOKIT_CLASS_REQUESTS_WAITING,
+            exporter_source.CLASS_REQUESTS_WAITING,
             "Admitted requests without a first token yet (queued or prefilling), by class (frontend view).",
             (MODEL_LABEL, "class"), multiprocess_mode="livesum",
         )  # fmt: skip
         f["duration"] = store.histogram(
-            schema.SLOKIT_RECORD_DURATION, "Time slokit's record() takes per call, on vLLM's output loop.", me,
-            schema.SLOKIT_RECORD_DURATION_BUCKETS,
+            exporter_source.RECORD_DURATION, "Time slokit's record() takes per call, on vLLM's output loop.", me,
+            exporter_source.RECORD_DURATION_BUCKETS,
         )  # fmt: skip
         errors = store.counter(
-            schema.SLOKIT_EXPORTER_ERRORS, "Failures inside the exporter, caught and counted (never raised).",
+            exporter_source.EXPORTER_ERRORS, "Failures inside the exporter, caught and counted (never raised).",
             (MODEL_LABEL, "stage"),
         )  # fmt: skip
         self._info = store.gauge(
-            schema.SLOKIT_EXPORTER_INFO, "slokit exporter build and configuration.",
+            exporter_source.EXPORTER_INFO, "slokit exporter build and configuration.",
             (MODEL_LABEL, "spec_hash", "slokit_version", "vllm_version", "class_tracking"),
         )  # fmt: skip
         self.families = f

@@ -620,7 +620,8 @@ def _engine_alerts(b: _Builder) -> None:
         f"Engine {replica} of {{{{ $labels.model }}}} has {{{{ $value }}}} requests waiting while it runs its maximum "
         "(max_num_seqs, in the runbook's table); new requests wait for a slot and time to first token grows."
     )
-    _engine_pair(b, NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, description, members, {})
+    if spec.metrics.requests_waiting is not None:  # a source without a queue gauge (OpenTelemetry GenAI): none
+        _engine_pair(b, NAME_QUEUE, AlertKind.QUEUE_OVERLOAD, expr, description, members, {})
     if spec.metrics.kv_cache_usage is None or spec.metrics.preemptions is None:
         return  # the source exports no KV-cache gauge or preemption counter (TGI): nothing to alert on
     plain = [Member(m.name) for m in spec.models]

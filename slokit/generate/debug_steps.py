@@ -136,9 +136,10 @@ def mean(series: Series, histogram: str, by: str) -> str:
     return f"sum by ({by}) ({series.rate(histogram + '_sum')}) / sum by ({by}) ({series.rate(histogram + '_count')})"
 
 
-def waiting(spec: Spec, series: Series, by: str) -> str:
-    """Step 1: requests waiting for a slot."""
-    return f"sum by ({by}) ({series(spec.metrics.requests_waiting)})"
+def waiting(spec: Spec, series: Series, by: str) -> str | None:
+    """Step 1: requests waiting for a slot (None: the source exports no queue gauge)."""
+    metric = spec.metrics.requests_waiting
+    return None if metric is None else f"sum by ({by}) ({series(metric)})"
 
 
 def running(spec: Spec, series: Series, by: str) -> str:

@@ -19,7 +19,6 @@ and watches exactly the UUIDs in that file (`--gpus-file`).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,9 +28,7 @@ from typing import Any, Final
 
 from slokit import __version__, promql, schema
 from slokit.generate.writer import to_yaml
-from slokit.schema import Source
 from slokit.spec import Model, Spec
-from slokit.units import format_le
 
 VLLM_PORT: Final = 8000
 VLLM_PORT_NAME: Final = "http"
@@ -362,8 +359,8 @@ def _yaml(data: Any) -> str:
 # ==============================================================================================================
 def _vllm_image(spec: Spec) -> str:
     tag = f"v{spec.vllm.version}.0"
-    if spec.source is Source.VLLM:
-        return f"vllm/vllm-openai:{tag}"  # vLLM's own metrics: the stock image is enough
+    if not spec.source.needs_plugin:
+        return f"vllm/vllm-openai:{tag}"  # the engine's own metrics: the stock image is enough
     return f"registry.example.com/slokit/vllm-openai:{tag}-slokit{__version__}"
 
 
@@ -379,13 +376,7 @@ def _vllm_args(spec: Spec, model: Model) -> list[str]:
         "--port",
         str(VLLM_PORT),
     ]
-    if spec.source is Source.VLLM and spec.vllm.custom_histogram_buckets:
-        buckets = {
-            family: [float(format_le(b)) for b in bounds]
-            for family, bounds in sorted(spec.vllm.custom_histogram_buckets.items())
-        }
-        args += ["--custom-histogram-buckets", json.dumps(buckets, separators=(",", ":"))]
-    return args
+    return args + spec.source.engine_args(spec)
 
 
 # Written by the vLLM container before vLLM starts: the UUIDs of the GPUs this container was given. nvidia-smi
@@ -404,7 +395,7 @@ def _vllm_container(spec: Spec, model: Model) -> dict[str, Any]:
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
     env: list[dict[str, Any]] = []
-    if spec.source is Source.SLOKIT:
+    if spec.source.needs_plugin:
         mounts.insert(0, {"name": "slokit-spec", "mountPath": SPEC_DIR, "readOnly": True})
         env.append({"name": "SLOKIT_SPEC", "value": f"{SPEC_DIR}/{spec_file_name(spec)}"})
     env.append({"name": "VLLM_NO_USAGE_STATS", "value": "1"})
@@ -493,7 +484,7 @@ def deployment(spec: Spec, model: Model) -> dict[str, Any]:
         {"name": "models", "persistentVolumeClaim": {"claimName": object_name(spec.service, "models")}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},  # NCCL between TP ranks
     ]
-    if spec.source is Source.SLOKIT:
+    if spec.source.needs_plugin:
         volumes.insert(0, {"name": "slokit-spec", "configMap": {"name": configmap_name(spec)}})
     if spec.gpu_exporter.web_config_secret is not None:
         # 0444: the sidecar runs as user 65534 and Secret files belong to root; nothing else runs in that container.
@@ -642,7 +633,7 @@ def files(spec: Spec) -> dict[str, Any]:
     """
     base = f"exporters/{object_name(spec.service)}"
     out: dict[str, Any] = {}
-    if spec.source is Source.SLOKIT:
+    if spec.source.needs_plugin:
         out[f"{base}-configmap.yaml"] = configmap(spec)
     for group in scrape_groups(spec):
         out[group.file] = pod_monitor(spec, group)

@@ -596,7 +596,7 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
             m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
             running = model.max_num_seqs if full else (max(1, model.max_num_seqs // 2) if busy else 0)
             out += [
-                {"series": selector(metrics.requests_waiting, m), "values": f"{5 if full else 0}x{minutes}"},
+                *_optional(metrics.requests_waiting, m, f"{5 if full else 0}x{minutes}"),
                 {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
                 *_optional(metrics.kv_cache_usage, m, f"{number(0.99 if full else 0.5 if busy else 0)}x{minutes}"),
                 *_optional(metrics.preemptions, m, _series_values(60 if full else 0, minutes)),
@@ -611,7 +611,7 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
             for replica, running, waiting in (("a", model.max_num_seqs, 0), ("b", max(1, model.max_num_seqs // 2), 5)):
                 m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None, replica).items()]
                 out += [
-                    {"series": selector(metrics.requests_waiting, m), "values": f"{waiting}x{minutes}"},
+                    *_optional(metrics.requests_waiting, m, f"{waiting}x{minutes}"),
                     {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
                 ]
         return out
@@ -738,7 +738,7 @@ def _failure_series(spec: Spec, model: str, rc: RequestClass, sli: Sli) -> tuple
     if metric is None:
         return None
     labels = _raw_labels(spec, model, rc)
-    labels[schema.FAIL_REASON_LABEL] = "max_num_queued_reqs" if metrics.source is schema.Source.VLLM else "abort"
+    labels[schema.FAIL_REASON_LABEL] = spec.source.failure_reason_example
     if metric == metrics.frontend_failed:
         labels[schema.FAIL_REASON_LABEL] = schema.FailReason.CLIENT_GONE.value
         labels[schema.FRONTEND_STREAM_LABEL] = "true"
@@ -1393,7 +1393,7 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
         kv_under = limit * (1 - NEAR) if limit is not None else 0.5
         full = model.max_num_seqs
         inputs += [
-            {"series": selector(metrics.requests_waiting, m), "values": f"1x{over - 1} 5x{under}"},
+            *_optional(metrics.requests_waiting, m, f"1x{over - 1} 5x{under}"),
             {"series": selector(metrics.requests_running, m), "values": f"{full}x{over - 1} {full - 1}x{under}"},
             *_optional(metrics.kv_cache_usage, m, f"{number(kv_over)}x{over - 1} {number(kv_under)}x{under}"),
             *_optional(metrics.preemptions, m, _piecewise([6.0 * min(i, over) for i in range(minutes + 1)])),
@@ -1455,7 +1455,7 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         full = model.max_num_seqs
         after = minutes - flip + 1
         inputs += [
-            {"series": selector(metrics.requests_waiting, m), "values": f"1x{flip - 1} 5x{after - 1}"},
+            *_optional(metrics.requests_waiting, m, f"1x{flip - 1} 5x{after - 1}"),
             {"series": selector(metrics.requests_running, m), "values": f"{full}x{flip - 1} {full - 1}x{after - 1}"},
             *_optional(metrics.kv_cache_usage, m, f"{number(kv_over)}x{flip - 1} {number(kv_under)}x{after - 1}"),
             *_optional(metrics.preemptions, m, _piecewise([6.0 * min(i, flip) for i in range(minutes + 1)])),

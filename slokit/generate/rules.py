@@ -155,7 +155,11 @@ def _objective_slos(spec: Spec) -> list[tuple[RequestClass, Sli]]:
 def _aggregate(spec: Spec, op: str, inner: str, labels: Iterable[str]) -> str:
     """`op by (labels) (inner)` in the source's label names, then renamed to slokit's (`model_name` -> `model`)."""
     metrics = spec.metrics
-    own = {schema.RULE_LABEL_MODEL: metrics.model_label, schema.RULE_LABEL_ENGINE: metrics.engine_label}
+    own = {
+        schema.RULE_LABEL_MODEL: metrics.model_label,
+        schema.RULE_LABEL_ENGINE: metrics.engine_label,
+        schema.RULE_LABEL_CLASS: metrics.class_label or schema.RULE_LABEL_CLASS,
+    }
     labels = list(labels)
     names = [name for name in dict.fromkeys(own.get(label, label) for label in labels) if name is not None]
     expr = f"{op} {promql.by(names)} ({inner})"
@@ -170,6 +174,8 @@ def _aggregate(spec: Spec, op: str, inner: str, labels: Iterable[str]) -> str:
             expr = f'label_replace({expr}, "{schema.RULE_LABEL_ENGINE}", "$1", {engine}, "(.*)")'
         else:
             expr = promql.rename_label(expr, metrics.engine_label, schema.RULE_LABEL_ENGINE)
+    if schema.RULE_LABEL_CLASS in labels and metrics.class_label not in (None, schema.RULE_LABEL_CLASS):
+        expr = promql.rename_label(expr, metrics.class_label, schema.RULE_LABEL_CLASS)
     return expr
 
 
@@ -224,6 +230,8 @@ def _histogram_sum(spec: Spec, rc: RequestClass, sli: Sli, inner: str, group: It
             expr = promql.rename_label(expr, hist.engine_label, schema.RULE_LABEL_ENGINE)
     if schema.RULE_LABEL_CLASS in group and hist.class_label is None:
         expr = f'label_replace({expr}, "{schema.RULE_LABEL_CLASS}", {promql.quote(rc.name)}, "", "")'
+    elif schema.RULE_LABEL_CLASS in group and hist.class_label not in (None, schema.RULE_LABEL_CLASS):
+        expr = promql.rename_label(expr, str(hist.class_label), schema.RULE_LABEL_CLASS)
     return expr
 
 
@@ -909,7 +917,9 @@ def recording_groups(spec: Spec, engine: Engine = DEFAULT) -> list[RuleGroup]:
     engine_rules = [*_engine_rules(spec), *_expected_decode_rules(spec)]
     baseline = [_baseline_rule(spec)]
     fields = group_fields(engine)
+    source = tuple(RecordingRule(record, expr, labels) for record, expr, labels in spec.source.recording_rules(spec))
     groups = [
+        RuleGroup(group_name(spec, "source"), prom_duration(SHORT_INTERVAL), source, fields),
         RuleGroup(group_name(spec, "parameters"), prom_duration(MEDIUM_INTERVAL), tuple(parameter_rules(spec)), fields),
         RuleGroup(group_name(spec, "latency"), prom_duration(MEDIUM_INTERVAL), tuple(latency), fields),
         RuleGroup(group_name(spec, "sli-short"), prom_duration(SHORT_INTERVAL), tuple(short), fields),

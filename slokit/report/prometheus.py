@@ -265,7 +265,11 @@ class PrometheusSource:
         rate_window = prom_duration(max(data.step, 120.0))
         by = promql.by([metrics.model_label] if metrics.model_label is not None else [])
         queries = {
-            "queue_waiting": f"max {by} ({self._over(metrics.requests_waiting, models, 'max_over_time', step)})",
+            **(
+                {"queue_waiting": f"max {by} ({self._over(metrics.requests_waiting, models, 'max_over_time', step)})"}
+                if metrics.requests_waiting is not None
+                else {}
+            ),
             **(
                 {"kv_cache_usage": f"max {by} ({self._over(metrics.kv_cache_usage, models, 'max_over_time', step)})"}
                 if metrics.kv_cache_usage is not None

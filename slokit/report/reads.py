@@ -61,7 +61,7 @@ def no_data(spec: Spec, reads: Sequence[Read], where: str, period: str) -> NoDat
     return NoDataError(
         f"no data: none of the {len(reads)} series selectors spec {spec.path or spec.service} reads has a sample at "
         f"{where} {period}. Looked for: {_listed(reads)}. Check the URL (or file), the spec's `source:` "
-        f"({spec.source.value}) and its `selector:` ({scope or 'none'}), and the models' names"
+        f"({spec.source.name}) and its `selector:` ({scope or 'none'}), and the models' names"
     )
 
 

@@ -6,11 +6,9 @@ column and field path, what is wrong and what would be right.
 
 from __future__ import annotations
 
-import bisect
 import difflib
 import hashlib
 import itertools
-import json
 import math
 import re
 import unicodedata
@@ -20,10 +18,12 @@ from pathlib import Path as FsPath
 from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
-from slokit import schema
+from slokit import schema, sources
 from slokit.catalog import GPU_NAMES, MODEL_NAMES
 from slokit.distributions import Distribution, DistributionError, parse_distribution
-from slokit.schema import MeasuredAt, Sli, Source
+from slokit.schema import MeasuredAt, Sli
+from slokit.sources import vllm_releases
+from slokit.sources.base import Draft, SignalSource, bound_problems
 from slokit.spec.model import (
     DEFAULT_MIN_REQUESTS,
     DEFAULT_PAGE_TIERS,
@@ -51,7 +51,7 @@ from slokit.spec.model import (
     VllmSettings,
     Workload,
 )
-from slokit.units import DurationError, format_duration, format_le, parse_duration
+from slokit.units import DurationError, format_duration, parse_duration
 from slokit.yamlloc import LoadedYaml, Location, Path, YamlLocationError, load_yaml
 
 METRIC_NAME_RE: Final = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -127,7 +127,7 @@ class _Checker:
         self.loaded = loaded
         self.file = file
         self.issues: list[SpecIssue] = []
-        self.source = Source.SLOKIT
+        self.source: SignalSource = sources.default()
 
     # -- reporting ------------------------------------------------------------------------------------------
     def error(self, path: Path, message: str, *, at_key: bool = False) -> None:
@@ -303,38 +303,39 @@ class _Checker:
             return None
         return value
 
-    def _source(self, top: dict[str, Any]) -> Source:
-        value = top.get("source", Source.SLOKIT.value)
-        try:
-            return Source(value)
-        except ValueError:
-            self.error(
-                ("source",),
-                f"{value!r} is not a source; use 'slokit' (slokit's exporter), 'vllm', 'sglang' or 'tgi' (the "
-                "engine's own metrics), or name a histogram per SLO with metric: {histogram: ...}",
-            )
-            return Source.SLOKIT
+    def _source(self, top: dict[str, Any]) -> SignalSource:
+        value = top.get("source", sources.DEFAULT)
+        found = sources.get(value) if isinstance(value, str) else None
+        if found is not None:
+            return found
+        names = ", ".join(f"'{s.name}' ({s.title})" for s in sources.all_sources())
+        self.error(
+            ("source",),
+            f"{value!r} is not a source; use one of {names}, or name a histogram per SLO with "
+            "metric: {histogram: ...}",
+        )
+        return sources.default()
 
     def _vllm(self, value: Any, path: Path) -> VllmSettings:
         data = self.mapping(value, path, ("version", "custom_histogram_buckets"))
-        version = str(data.get("version", schema.DEFAULT_VLLM_VERSION))
-        if version not in schema.VLLM_VERSIONS:
-            known = ", ".join(schema.VLLM_VERSIONS)
+        version = str(data.get("version", vllm_releases.DEFAULT_VERSION))
+        if version not in vllm_releases.RELEASES:
+            known = ", ".join(vllm_releases.RELEASES)
             self.error((*path, "version"), f"vLLM {version!r} has no bucket table here; known versions: {known}")
-            version = schema.DEFAULT_VLLM_VERSION
+            version = vllm_releases.DEFAULT_VERSION
         custom: dict[str, tuple[float, ...]] = {}
         if "custom_histogram_buckets" in data:
             cpath = (*path, "custom_histogram_buckets")
-            families = self.mapping(data["custom_histogram_buckets"], cpath, schema.VLLM_SLI_FAMILY.values())
+            families = self.mapping(data["custom_histogram_buckets"], cpath, vllm_releases.SLI_FAMILY.values())
             for family, bounds in families.items():
                 parsed = self._bucket_list(bounds, (*cpath, family))
                 if parsed:
                     custom[family] = parsed
-            if custom and not schema.VLLM_VERSIONS[version].custom_histogram_buckets:
+            if custom and not vllm_releases.RELEASES[version].custom_histogram_buckets:
                 self.error(
                     cpath,
-                    f"vLLM {version} has no --custom-histogram-buckets; it arrived in 0.32 (or subclass "
-                    "PrometheusStatLogger to change buckets)",
+                    f"vLLM {version} has no --custom-histogram-buckets; it arrived in "
+                    f"{vllm_releases.CUSTOM_BUCKETS_SINCE} (or subclass PrometheusStatLogger to change buckets)",
                 )
         return VllmSettings(version, MappingProxyType(custom))
 
@@ -562,7 +563,8 @@ class _Checker:
 
     def _measured_at(self, sli: Sli, data: dict[str, Any], path: Path) -> MeasuredAt:
         """`measured_at`: frontend (default for TTFT and E2E with source slokit) or engine."""
-        frontend_ok = self.source is Source.SLOKIT and sli in schema.FRONTEND_SLIS
+        frontend = self.source.METRICS.frontend_latency
+        frontend_ok = sli in frontend
         default = MeasuredAt.FRONTEND if frontend_ok else MeasuredAt.ENGINE
         if "measured_at" not in data:
             return default
@@ -574,9 +576,9 @@ class _Checker:
         where = MeasuredAt(value)
         if where is MeasuredAt.FRONTEND and not frontend_ok:
             why = (
-                "source: vllm has no frontend histograms"
-                if self.source is Source.VLLM
-                else f"the frontend measures only {' and '.join(sorted(s.value for s in schema.FRONTEND_SLIS))}"
+                f"the frontend measures only {' and '.join(sorted(s.value for s in frontend))}"
+                if frontend
+                else f"source: {self.source.name} has no frontend histograms"
             )
             self.error((*path, "measured_at"), f"{sli.value} cannot be measured at the frontend ({why}); use engine")
             return MeasuredAt.ENGINE
@@ -617,8 +619,8 @@ class _Checker:
             return None
         scale = 0.001 if unit == "ms" else 1.0
         seconds = tuple(b * scale for b in buckets) if buckets else None
-        if seconds is None and name is not None and name.startswith("tgi_") and name.endswith("_duration"):
-            seconds = schema.TGI_DURATION_BUCKETS  # TGI sets these on every *_duration histogram
+        if seconds is None:
+            seconds = sources.known_buckets(name)  # a source's own histogram (TGI's *_duration share one ladder)
         return schema.CustomHistogram(name, model_label, tuple(matchers), scale, seconds, engine_label)
 
     def _label_name(self, value: Any, path: Path) -> str | None:
@@ -964,7 +966,7 @@ class _Checker:
     # -- checks across fields ---------------------------------------------------------------------------------
     def _cross_checks(
         self,
-        source: Source,
+        source: SignalSource,
         window: float,
         vllm: VllmSettings,
         classes: tuple[RequestClass, ...],
@@ -980,162 +982,30 @@ class _Checker:
             )
         if alerting.baseline.offset + 3600 > window * 10:
             self.error(("alerting", "baseline", "offset"), "baseline offset is far longer than the SLO window")
-        if source is Source.VLLM:
-            self._vllm_checks(vllm, classes, top)
-        if source is Source.TGI:
-            self._tgi_checks(top)
-        self._histogram_checks(source, classes)
+        self._histogram_checks(classes)
+        for problem in source.check(Draft(top, classes, vllm)):
+            self.error(problem.path, problem.message, at_key=problem.at_key)
 
-    def _tgi_checks(self, top: dict[str, Any]) -> None:
-        """TGI's series carry no model label (one model per server) and it has no KV-cache gauge."""
-        models = top.get("models")
-        if isinstance(models, list) and len(models) != 1:
-            self.error(
-                ("models",),
-                f"source: tgi covers one model (TGI's metrics carry no model label: one model per server), but "
-                f"{len(models)} are listed; write one spec per TGI deployment",
-            )
-        alerting = top.get("alerting")
-        if isinstance(alerting, dict) and "kv_cache_usage_max" in alerting:
-            self.error(
-                ("alerting", "kv_cache_usage_max"),
-                "TGI exports no KV-cache usage gauge (its engine gauges are tgi_queue_size and "
-                "tgi_batch_current_size), so there is no KV-cache alert; drop kv_cache_usage_max",
-            )
-
-    def _histogram_checks(self, source: Source, classes: tuple[RequestClass, ...]) -> None:
+    def _histogram_checks(self, classes: tuple[RequestClass, ...]) -> None:
         """Custom histograms: one model when they carry no model label; declared buckets hold the thresholds.
-        Engine sources: the SLI exists in that engine, and (SGLang) thresholds sit on its bucket boundaries."""
-        metrics = schema.metrics_for(source)
+        (What an SLO reading the source's own histograms needs is the source's `check`.)"""
         for index, request_class in enumerate(classes):
             for sli, slo in request_class.slos.items():
                 path: Path = ("classes", index, "slos", sli.value)
-                if slo.metric is not None:
-                    if slo.metric.model_label is None and len(request_class.models) != 1:
-                        self.error(
-                            (*path, "metric"),
-                            f"a histogram without model_label can serve only one model, but classes[{index}] runs "
-                            f"on {len(request_class.models)}; set model_label or give the class one model",
-                        )
-                    if slo.metric.buckets is not None:
-                        self._check_bounds(
-                            slo, path, slo.metric.buckets, f"the declared buckets of {slo.metric.name}",
-                            "or add the threshold to the histogram's buckets (and to metric.buckets)",
-                        )  # fmt: skip
+                if slo.metric is None:
                     continue
-                if sli not in metrics.latency and source is Source.TGI:
+                if slo.metric.model_label is None and len(request_class.models) != 1:
                     self.error(
-                        path,
-                        f"TGI exports no {schema.SLI_TITLES[sli]} histogram (its router has tgi_request_duration "
-                        "for e2e and tgi_request_mean_time_per_token_duration for tpot); measure it at a gateway in "
-                        "front of TGI and name that histogram with metric: {histogram: ..., unit: ...}",
-                        at_key=True,
+                        (*path, "metric"),
+                        f"a histogram without model_label can serve only one model, but classes[{index}] runs "
+                        f"on {len(request_class.models)}; set model_label or give the class one model",
                     )
-                elif sli not in metrics.latency:
-                    self.error(
-                        path,
-                        f"source {source.value} exposes no {schema.SLI_TITLES[sli]} histogram; drop this SLO or "
-                        "name a histogram with metric: {histogram: ...}",
-                        at_key=True,
-                    )
-                elif source is Source.TGI:
-                    self._check_bounds(
-                        slo, path, schema.TGI_DURATION_BUCKETS, f"TGI's {metrics.latency[sli]} buckets",
-                        "TGI sets them in router/src/server.rs (0.00015 s, then x1.5 each); pick one of them",
-                    )  # fmt: skip
-                elif source is Source.SGLANG:
-                    flag = schema.SGLANG_BUCKET_FLAGS[sli]
-                    self._check_bounds(
-                        slo, path, schema.SGLANG_BUCKETS[sli], f"SGLang's default {metrics.latency[sli]} buckets",
-                        f"or start SGLang with {flag} listing it and name the histogram with metric: "
-                        "{histogram: ..., buckets: [...]}",
-                    )  # fmt: skip
-
-    def _check_bounds(self, slo: SloSpec, path: Path, bounds: tuple[float, ...], what: str, how: str) -> None:
-        places: list[tuple[Path, float]] = []
-        if slo.objective is not None:
-            places.append(((*path, "objective", "threshold"), slo.objective.threshold))
-        for tier in TIER_NAMES:
-            for pct, seconds in slo.tiers.tier(tier).items():
-                places.append(((*path, "tiers", tier, pct), seconds))
-        for fpath, seconds in places:
-            if any(math.isclose(seconds, b, rel_tol=1e-4) for b in bounds):
-                continue
-            below, above = _neighbours(bounds, seconds)
-            near = " and ".join(format_duration(b) for b in (below, above) if b is not None)
-            self.error(
-                fpath,
-                f"{slo.sli.value} threshold {format_duration(seconds)} is not a bucket boundary of {what}, so the "
-                f"SLI cannot be counted exactly; nearest are {near}; use one of those, {how}",
-            )
-
-    def _vllm_checks(self, vllm: VllmSettings, classes: tuple[RequestClass, ...], top: dict[str, Any]) -> None:
-        owner: dict[str, int] = {}
-        for index, request_class in enumerate(classes):
-            for model in request_class.models:
-                if model in owner:
-                    self.error(
-                        ("classes", index, "models"),
-                        f"model {model!r} already belongs to classes[{owner[model]}]: vLLM's own metrics carry no "
-                        "request class, so two classes cannot share a model with source: vllm; give each class its "
-                        "own models, or use source: slokit for per-class SLOs",
-                    )
-                else:
-                    owner[model] = index
-        off: list[tuple[Sli, Path, float]] = []
-        for index, request_class in enumerate(classes):
-            for sli, slo in request_class.slos.items():
-                if slo.metric is None:  # a custom histogram's buckets are checked in _histogram_checks
-                    off.extend(self._off_bucket(vllm, sli, slo, ("classes", index, "slos", sli.value)))
-        # One flag for the whole spec: every off-bucket threshold of a family merged into that family's list, so
-        # the user runs vLLM with one --custom-histogram-buckets value, not one per threshold.
-        merged: dict[str, set[float]] = {}
-        for sli, _, seconds in off:
-            merged.setdefault(schema.VLLM_SLI_FAMILY[sli], set(vllm.buckets(sli))).add(seconds)
-        flag = json.dumps(
-            {family: [float(format_le(b)) for b in sorted(values)] for family, values in sorted(merged.items())},
-            separators=(",", ":"),
-        )
-        for position, (sli, fpath, seconds) in enumerate(off):
-            self._alignment_error(vllm, sli, fpath, seconds, flag if position == 0 else None)
-
-    def _off_bucket(self, vllm: VllmSettings, sli: Sli, slo: SloSpec, path: Path) -> list[tuple[Sli, Path, float]]:
-        """The thresholds of one SLO that are not a boundary of vLLM's histogram, with their paths."""
-        bounds = vllm.buckets(sli)
-        places: list[tuple[Path, float]] = []
-        if slo.objective is not None:
-            places.append(((*path, "objective", "threshold"), slo.objective.threshold))
-        for tier in TIER_NAMES:
-            for pct, seconds in slo.tiers.tier(tier).items():
-                places.append(((*path, "tiers", tier, pct), seconds))
-        return [
-            (sli, fpath, seconds)
-            for fpath, seconds in places
-            if not any(math.isclose(seconds, b, rel_tol=1e-9) for b in bounds)
-        ]
-
-    def _alignment_error(self, vllm: VllmSettings, sli: Sli, fpath: Path, seconds: float, flag: str | None) -> None:
-        """One off-bucket threshold; the first one carries the merged flag, the others point at it."""
-        bounds = vllm.buckets(sli)
-        family = schema.VLLM_SLI_FAMILY[sli]
-        metric = schema.VLLM_METRICS.latency[sli].removeprefix("vllm:")
-        below, above = _neighbours(bounds, seconds)
-        near = " and ".join(format_duration(b) for b in (below, above) if b is not None)
-        if not schema.VLLM_VERSIONS[vllm.version].custom_histogram_buckets:
-            how = "or upgrade to vLLM 0.32 for --custom-histogram-buckets"
-        elif flag is not None:
-            how = (
-                f"or run vLLM with --custom-histogram-buckets '{flag}' (one list for every off-bucket threshold of "
-                f"this spec) and declare the same lists under vllm.custom_histogram_buckets"
-            )
-        else:
-            how = f"or add it to vllm.custom_histogram_buckets.{family} (the one --custom-histogram-buckets list above)"
-        self.error(
-            fpath,
-            f"{sli.value} threshold {format_duration(seconds)} is not a bucket boundary of vLLM "
-            f"{vllm.version}'s {metric} histogram, so the SLI cannot be counted exactly; nearest are {near}; "
-            f"use one of those, {how}",
-        )
+                if slo.metric.buckets is not None:
+                    for problem in bound_problems(
+                        slo, path, slo.metric.buckets, f"the declared buckets of {slo.metric.name}",
+                        "or add the threshold to the histogram's buckets (and to metric.buckets)",
+                    ):  # fmt: skip
+                        self.error(problem.path, problem.message)
 
 
 def _family_matches(value: str, options: list[str]) -> list[str]:
@@ -1148,13 +1018,6 @@ def _family_matches(value: str, options: list[str]) -> list[str]:
     if not key:
         return []
     return [o for o in options if o.startswith(key + "-")]
-
-
-def _neighbours(bounds: tuple[float, ...], value: float) -> tuple[float | None, float | None]:
-    index = bisect.bisect_left(bounds, value)
-    below = bounds[index - 1] if index > 0 else None
-    above = bounds[index] if index < len(bounds) else None
-    return below, above
 
 
 def _range_text(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:

@@ -16,7 +16,9 @@ from typing import Final
 
 from slokit import schema
 from slokit.distributions import Distribution
-from slokit.schema import MeasuredAt, Sli, Source
+from slokit.schema import MeasuredAt, Sli
+from slokit.sources import exporter, vllm_releases
+from slokit.sources.base import SignalSource
 from slokit.units import format_duration
 
 SPEC_VERSION: Final = "slokit/v1"
@@ -286,10 +288,10 @@ class VllmSettings:
 
     def buckets(self, sli: Sli) -> tuple[float, ...]:
         """The boundaries vLLM exposes for an SLI's histogram."""
-        family = schema.VLLM_SLI_FAMILY[sli]
+        family = vllm_releases.SLI_FAMILY[sli]
         if family in self.custom_histogram_buckets:
             return self.custom_histogram_buckets[family]
-        return schema.VLLM_VERSIONS[self.version].buckets[family]
+        return vllm_releases.RELEASES[self.version].buckets[family]
 
 
 @dataclass(frozen=True)
@@ -319,7 +321,7 @@ class Spec:
     version: str
     service: str
     description: str
-    source: Source
+    source: SignalSource  # where latency is measured (slokit.sources: the module that knows its names)
     window: float  # seconds
     demo: bool  # shortened windows for `slokit demo`; never a production spec
     vllm: VllmSettings
@@ -335,7 +337,7 @@ class Spec:
     @property
     def metrics(self) -> schema.SourceMetrics:
         """Metric names of this spec's source."""
-        return schema.metrics_for(self.source)
+        return self.source.metrics(self.vllm)
 
     def model(self, name: str) -> Model:
         """A model by served name."""
@@ -364,26 +366,7 @@ class Spec:
         For `source: slokit` these are the default ladder plus every threshold the spec names for that SLI, so
         every threshold is a boundary by construction.
         """
-        if self.source is Source.VLLM:
-            return self.vllm.buckets(sli)
-        if self.source is Source.SGLANG:
-            return schema.SGLANG_BUCKETS.get(sli, ())
-        if self.source is Source.TGI:
-            return schema.TGI_DURATION_BUCKETS if sli in schema.TGI_HISTOGRAMS else ()
-        ladder = schema.SLOKIT_DEFAULT_BUCKETS[sli]
-        values = set(ladder)
-        for request_class in self.classes:
-            slo = request_class.slos.get(sli)
-            if slo is not None:
-                values.update(slo.thresholds())
-                if sli is Sli.TTFT and slo.objective is not None:
-                    # The scale-out signal counts requests above this boundary (see generate/alerts.py).
-                    values.add(round(slo.objective.threshold * self.alerting.scale_out.fraction_of_slo, 9))
-                if slo.consistency is not None:
-                    # The consistency alert proves p99/p50 from bucket edges: neighbours at most 1.26x apart make
-                    # any true ratio above limit x 1.26^2 fire, wherever p50 and p99 fall.
-                    values.update(schema.dense_ladder(ladder[0], ladder[-1]))
-        return tuple(sorted(values))
+        return self.source.buckets(self, sli)
 
     def histogram(self, request_class: RequestClass, sli: Sli) -> schema.CustomHistogram:
         """Which histogram one class's SLI reads and which label names it carries: the SLO's own `metric:`, or
@@ -398,7 +381,7 @@ class Spec:
         return schema.CustomHistogram(
             name=m.latency_metric(sli, where),
             model_label=m.model_label,
-            matchers=((m.class_label, "=", request_class.name),) if m.class_label is not None else (),
+            matchers=self.source.class_matchers(self, request_class),
             buckets=self.buckets(sli),
             engine_label=None if frontend else m.engine_label,
             class_label=m.class_label,
@@ -410,7 +393,7 @@ class Spec:
         hist = self.histogram(request_class, sli)
         if hist.buckets is not None:
             return hist.buckets
-        values = set(schema.SLOKIT_DEFAULT_BUCKETS[sli])
+        values = set(exporter.DEFAULT_BUCKETS[sli])
         values.update(request_class.slos[sli].thresholds())
         return tuple(sorted(values))
 

@@ -164,7 +164,7 @@ class _Rows:
                 "queue; scale out. Waiting while running is below the maximum: the KV cache is full"
                 + (" (step 3)." if m.kv_cache_usage is not None else "."),
                 [
-                    (waiting, f"waiting {legend_format(model, engine)}"),
+                    *([(waiting, f"waiting {legend_format(model, engine)}")] if waiting is not None else []),
                     (running, f"running {legend_format(model, engine)}"),
                     *maxima,
                 ],

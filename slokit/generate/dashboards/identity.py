@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from slokit import schema
-from slokit.schema import Source
 from slokit.spec import Spec
 
 
@@ -82,6 +81,6 @@ def model_values(spec: Spec) -> list[str]:
 def class_values(spec: Spec) -> list[str]:
     """The values of the `class` variable: the spec's classes, plus `other` where the exporter counts it."""
     values = [request_class.name for request_class in spec.classes]
-    if spec.source is Source.SLOKIT:
+    if spec.source.counts_other_class:
         values.append(schema.OTHER_CLASS)
     return values

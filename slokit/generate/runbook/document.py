@@ -8,13 +8,13 @@ from typing import Any
 from slokit.generate import alerts, dashboards, debug_steps
 from slokit.generate.model import AlertRule, heading_anchor
 from slokit.generate.runbook.context import MODEL_PLACEHOLDER, Context
-from slokit.generate.runbook.markdown import link, table
+from slokit.generate.runbook.markdown import link, table, wrapped_item
 from slokit.generate.runbook.model import Table
 from slokit.generate.runbook.sections import alert_section, tier_text
 from slokit.generate.runbook.steps import guide
 from slokit.generate.runbook.template import render_template
 from slokit.generate.runbook.tuning import tuning
-from slokit.schema import Sli, Source
+from slokit.schema import Sli
 from slokit.spec import Spec
 from slokit.units import format_duration
 
@@ -48,7 +48,7 @@ def render(spec: Spec, rules: Sequence[AlertRule]) -> str:
     ]
     return render_template(
         spec=spec,
-        source_is_vllm=spec.source is Source.VLLM,
+        source_note=wrapped_item(spec.source.runbook_note()),
         has_frontend=debug_steps.has_frontend(spec),
         has_kv_cache=spec.metrics.kv_cache_usage is not None,  # TGI exports no KV-cache usage: no step 3
         sections=sections,

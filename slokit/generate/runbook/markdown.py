@@ -24,6 +24,11 @@ def _inline(text: str) -> str:
     return escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def wrapped_item(lines: Sequence[str]) -> Markup:
+    """Lines of one list item's text, each escaped, joined as the item's continuation lines (indented by two)."""
+    return Markup("\n  ").join(md_escape(line) for line in lines)
+
+
 def md_escape(text: str) -> Markup:
     """Spec text made inert in Markdown and HTML.
 

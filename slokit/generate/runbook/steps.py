@@ -110,8 +110,9 @@ def queue_step(ctx: Context) -> Step:
     m = ctx.m
     engines = ctx.series_one()
     engine = m.engine_label
+    waiting = debug_steps.waiting(ctx.spec, engines, ctx.by(engine))
     queries = [
-        Query("Requests waiting per engine", debug_steps.waiting(ctx.spec, engines, ctx.by(engine))),
+        *([Query("Requests waiting per engine", waiting)] if waiting is not None else []),
         Query("Requests running per engine", debug_steps.running(ctx.spec, engines, ctx.by(engine))),
         Query(
             "Queue time p99 (arrival to first scheduling)",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from slokit import schema
 from slokit.generate.runbook.context import Context
 from slokit.generate.runbook.model import RATE_WINDOW, Query, Tuning
 from slokit.generate.runbook.template import prose
@@ -109,27 +108,30 @@ def _fp8(ctx: Context) -> Tuning:
 
 
 def _speculative_decoding(ctx: Context) -> Tuning:
-    """Speculative decoding, judged by TPOT (ITL where the source has no TPOT histogram, as SGLang) and vLLM's
-    draft acceptance rate."""
+    """Speculative decoding, judged by TPOT (ITL where the source has no TPOT histogram, as SGLang) and the
+    engine's draft acceptance rate where the source exports its counters."""
     m = ctx.m
-    vllm_model = schema.VLLM_METRICS.model_label
-    per_token = m.latency.get(Sli.TPOT) or m.latency[Sli.ITL]  # SGLang has no TPOT histogram
-    return Tuning(
-        "Speculative decoding",
-        prose("tuning", "speculative_decoding"),
-        (
+    per_token = m.latency.get(Sli.TPOT) or m.latency.get(Sli.ITL)  # SGLang has no TPOT histogram
+    queries = []
+    drafts = ctx.spec.source.draft_acceptance
+    if drafts is not None:
+        by = drafts.model_label
+        queries.append(
             Query(
                 "Draft acceptance rate",
-                f"sum by ({vllm_model}) (rate({schema.VLLM_SPEC_DECODE_ACCEPTED_TOKENS}[{RATE_WINDOW}])) / "
-                f"sum by ({vllm_model}) (rate({schema.VLLM_SPEC_DECODE_DRAFT_TOKENS}[{RATE_WINDOW}]))",
-            ),
+                f"sum by ({by}) (rate({drafts.accepted}[{RATE_WINDOW}])) / "
+                f"sum by ({by}) (rate({drafts.drafted}[{RATE_WINDOW}]))",
+            )
+        )
+    if per_token is not None:
+        queries.append(
             Query(
                 f"{'TPOT' if Sli.TPOT in m.latency else 'ITL'} p99 per model",
                 f"histogram_quantile(0.99, sum by ({_le_by(ctx)}) "
                 f"(rate({per_token}_bucket{{{ctx.raw(None)}}}[{RATE_WINDOW}])))",
-            ),
-        ),
-    )
+            )
+        )
+    return Tuning("Speculative decoding", prose("tuning", "speculative_decoding"), tuple(queries))
 
 
 def _le_by(ctx: Context) -> str:
