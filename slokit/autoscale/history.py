@@ -136,7 +136,7 @@ def read_openmetrics(spec: Spec, path: Path) -> Traffic:
     if not samples:
         raise HistoryError(
             f"{path}: no {metrics.requests_finished} samples; the history must hold the spec's finished-request "
-            f"counter ({spec.source.value} source) with timestamps, as `slokit simulate {spec.path or 'SPEC'}` writes"
+            f"counter ({spec.source.name} source) with timestamps, as `slokit simulate {spec.path or 'SPEC'}` writes"
         )
     stamps = sorted({t for points in samples.values() for t, _ in points})
     step = min((b - a for a, b in itertools.pairwise(stamps) if b > a), default=60.0)
