@@ -162,7 +162,7 @@ def test_generate_all_reports_each_part_of_each_spec_once_past_the_quiet_time() 
         generate.QUIET_FOR_S = original
     parts = [line.split(": ", 1)[1].split(" done")[0] for line in lines]
     assert parts == ["rules and alerts", "promtool tests", "counters tests", "dashboards", "runbook",
-                     "Kubernetes objects", "Alertmanager routing"]  # fmt: skip
+                     "Kubernetes objects", "Alertmanager routing", "predictive autoscaling"]  # fmt: skip
 
 
 def test_slokit_generate_prints_progress_on_stderr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
