@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slokit import promql, schema
-from slokit.generate import alerts, generate_all, promtool_tests, rules
+from slokit.generate import alerts, autoscale, generate_all, promtool_tests, rules
 from slokit.generate.engines import Engine
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule
 from slokit.spec import Spec, load_spec
@@ -161,8 +161,12 @@ def test_engines_keep_the_default_rules_and_add_only_their_fields(spec: Spec) ->
     assert thanos == default[path]
     assert mimir.pop("namespace") == f"slokit-{spec.service}"
     assert mimir == default[path]
+    # The predictive autoscaling signal is written for Prometheus only (slokit.generate._generators).
+    predictive = set(autoscale.files(spec))
     assert list(generate_all([spec], Engine.VICTORIAMETRICS)) == [
-        p.replace(".prometheusrule.yaml", ".vmrule.yaml") for p in generate_all([spec]) if not p.endswith(".test.yaml")
+        p.replace(".prometheusrule.yaml", ".vmrule.yaml")
+        for p in generate_all([spec])
+        if not p.endswith(".test.yaml") and p not in predictive
     ]
 
 
