@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from slokit import promql, schema
 from slokit.autoscale.engine import EngineModelError, from_plan
+from slokit.autoscale.hpa import DEFAULT_BEHAVIOR
 from slokit.autoscale.policies import SignalSettings
 from slokit.autoscale.sizing import model_capacity
 from slokit.generate import k8s
@@ -33,15 +34,9 @@ from slokit.spec import Model, Spec
 INTERVAL: Final = "15s"
 CAPACITY_DIGITS: Final = 6
 SETTINGS: Final = SignalSettings(capacity=1.0)  # the defaults; capacity is per model
+# Scale up as fast as Kubernetes does by default; scale down one pod at a time.
 BEHAVIOR: Final[dict[str, Any]] = {
-    "scaleUp": {
-        "stabilizationWindowSeconds": 0,
-        "selectPolicy": "Max",
-        "policies": [
-            {"type": "Percent", "value": 100, "periodSeconds": 15},
-            {"type": "Pods", "value": 4, "periodSeconds": 15},
-        ],
-    },
+    "scaleUp": DEFAULT_BEHAVIOR["scaleUp"],
     "scaleDown": {
         "stabilizationWindowSeconds": 180,
         "selectPolicy": "Min",
