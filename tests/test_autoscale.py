@@ -194,6 +194,24 @@ def test_closed_loop_prediction_follows_the_step_law() -> None:
     assert math.isclose(four["ttft_p95"] - 0.015, 0.018 * 15.5 / 16, rel_tol=1e-9)
 
 
+def test_probe_fit_recovers_the_laws_despite_a_stalled_request() -> None:
+    from slokit.autoscale.engine import ProbeLevel, fit_probe
+
+    prompts = [20 + 12 * i for i in range(16)]
+    step = {1: 0.004, 4: 0.007}  # step0 3 ms, 1 ms per running sequence
+
+    def ttfts(users: int) -> list[float]:
+        # prefill 8 ms + 0.1 ms per token, plus half a step in flight
+        return [0.008 + 0.0001 * p + step[users] / 2 for p in prompts]
+
+    stalled = ttfts(1)
+    stalled[0] = 0.5  # one request waited out a scheduler stall: 60x its prefill
+    levels = [ProbeLevel(1, step[1], stalled, prompts), ProbeLevel(4, step[4], ttfts(4), prompts)]
+    engine = fit_probe(levels, 4, 1, "test")
+    assert engine.step0 == pytest.approx(0.003) and engine.step1 == pytest.approx(0.001)
+    assert engine.prefill0 == pytest.approx(0.008, rel=0.02) and engine.prefill1 == pytest.approx(0.0001, rel=0.02)
+
+
 def engine_predict(engine: EngineModel, work: Workload, users: int) -> dict[str, float]:
     from slokit.autoscale.engine import predict_closed_loop
 

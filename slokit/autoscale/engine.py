@@ -34,6 +34,7 @@ from slokit.spec import Model, RequestClass, Spec
 CHUNK_TOKENS: Final = 2048  # vLLM's chunked-prefill token budget per step (online serving default)
 UNIFORM_POINTS: Final = 16  # grid over the step in flight, for TTFT quantiles
 MAX_WAIT_SECONDS: Final = 3600.0
+FIT_POINTS: Final = 400  # at most this many points enter a Theil-Sen fit (80,000 pairs)
 MARGIN: Final = 0.8
 """Share of each error budget an engine sized at `capacity` keeps spare: at 0.8 a 95% objective is sized for 99%
 of requests within its threshold, so forecast error and the balancer's spread spend the rest."""
@@ -118,7 +119,7 @@ class ProbeLevel:
 
 
 def fit_probe(levels: Sequence[ProbeLevel], max_num_seqs: int, gpus: int, source: str) -> EngineModel:
-    """Least squares through the probe's levels at or below `max_num_seqs`: the median ITL against the batch gives
+    """A robust line through the probe's levels at or below `max_num_seqs`: the median ITL against the batch gives
     the step law; at the lowest level (the least contention), each request's TTFT less half a step against its
     prompt tokens gives the prefill law."""
     usable = [lv for lv in levels if 1 <= lv.concurrency <= max_num_seqs and lv.itl_p50 > 0 and lv.ttft]
@@ -142,15 +143,27 @@ def fit_probe(levels: Sequence[ProbeLevel], max_num_seqs: int, gpus: int, source
 
 
 def _line(xs: Sequence[float], ys: Sequence[float], *, floor: float) -> tuple[float, float]:
-    """(slope, intercept) of the least-squares line, with a slope of at least 0 (a step or a prefill never gets
-    faster with more work; a falling fit is noise): then the median of `ys` (at least `floor`) and no slope."""
+    """(slope, intercept) by Theil-Sen: the median of the pairwise slopes, then the median intercept. A probe's
+    TTFTs carry outliers (a request that waited on a scheduler hiccup, a slow first request after a pause); least
+    squares lets one of them tilt the prefill law by a factor, the medians ignore up to a quarter of them. The
+    slope is at least 0 (a step or a prefill never gets faster with more work; a falling fit is noise): then the
+    median of `ys` (at least `floor`) and no slope."""
+    if len(xs) > FIT_POINTS:  # pairs grow with the square: an evenly spaced subsample keeps the fit bounded
+        pairs = sorted(zip(xs, ys, strict=True))
+        picked = [pairs[i * len(pairs) // FIT_POINTS] for i in range(FIT_POINTS)]
+        xs, ys = [x for x, _ in picked], [y for _, y in picked]
     n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    var = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var > 0 else 0.0
+    slopes = sorted((ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(n) for j in range(i + 1, n) if xs[j] != xs[i])
+    slope = _median(slopes) if slopes else 0.0
     if slope <= 0:
-        return 0.0, max(floor, sorted(ys)[n // 2])
-    return slope, max(floor, my - slope * mx)
+        return 0.0, max(floor, _median(sorted(ys)))
+    return slope, max(floor, _median(sorted(y - slope * x for x, y in zip(xs, ys, strict=True))))
+
+
+def _median(ordered: Sequence[float]) -> float:
+    """Median of a sorted, non-empty sample (the mean of the middle two for an even count)."""
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
 # ==============================================================================================================
