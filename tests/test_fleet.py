@@ -10,6 +10,7 @@ pages fire and no other model's do.
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import yaml
 from slokit.fleet import fleet_spec_yaml, model_names
 from slokit.generate import alerts, generate_all, promtool_tests
 from slokit.generate.rules import rule_groups
+from slokit.schema import RECORD_LATENCY_BUCKET_RATE as RECORD_RATES
 from slokit.spec import Spec, load_spec_text
 
 
@@ -57,6 +59,22 @@ def test_every_rule_covers_every_model_of_its_classes() -> None:
         assert "model" not in rule.labels and rule.model is None
         models = {m.model for m in rule.members}
         assert models == set(model_names(32)), rule.title
+
+
+def test_bucket_rates_read_each_histogram_once_where_classes_share_their_models() -> None:
+    """Every model serves every class (source slokit): one raw selector per histogram, the class label matching
+    the classes that read it. Classes spread over the models (source vllm, no class label): one per class."""
+    for source, per_class in (("slokit", False), ("vllm", True)):
+        spec = _spec(32, source)
+        rates = [r for g in rule_groups(spec) for r in g.rules if getattr(r, "record", None) == RECORD_RATES]
+        for rule in rates:
+            sli = rule.labels["slo"]
+            readers = [rc for rc in spec.classes if any(s.value == sli for s in rc.slos)]
+            raws = re.findall(r"rate\(([\w:]+\{[^}]*\})\[5m\]\)", rule.expr)
+            assert len(raws) == (len(readers) if per_class else 1), (source, sli, raws)
+            if not per_class:
+                names = "|".join(rc.name for rc in readers)
+                assert (f'class="{names}"' if len(readers) == 1 else f'class=~"{names}"') in raws[0], raws
 
 
 def _healthy_and_outage_tests(spec: Spec, broken: str, minutes: int) -> dict[str, Any]:

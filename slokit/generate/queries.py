@@ -112,11 +112,8 @@ class Queries:
         Which histogram and which labels come from `Spec.histogram` (custom `metric:` or `measured_at`).
         `with_class=False` leaves out the source's class label (any class), never a custom selector."""
         hist = self.spec.histogram(request_class, sli)
-        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
-        for name in dict.fromkeys(models if models is not None else request_class.models):
-            groups.setdefault(tuple(sorted(self.model_selector(name).items())), []).append(name)
         terms = []
-        for group in groups.values():
+        for group in self.scope_groups(models if models is not None else request_class.models):
             matchers = self.histogram_matchers(request_class, sli, group, with_class)
             selector = promql.selector(hist.name + suffix, [*matchers, *extra])
             lookup = selector
@@ -126,6 +123,13 @@ class Queries:
                 )
             terms.append(RawTerm(tuple(group), selector, lookup))
         return terms
+
+    def scope_groups(self, models: Iterable[str]) -> list[list[str]]:
+        """`models` grouped by their effective `selector:` (one raw term per deployment scope), in spec order."""
+        groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+        for name in dict.fromkeys(models):
+            groups.setdefault(tuple(sorted(self.model_selector(name).items())), []).append(name)
+        return list(groups.values())
 
     def histogram_matchers(
         self, request_class: RequestClass, sli: Sli, models: Sequence[str], with_class: bool = True

@@ -308,8 +308,10 @@ class Tiles:
         record holds exactly the term's series and every branch joins with it, so the raw reads use its `lookup`."""
         self.raws[term.selector] = None
         base = prom_duration(BASE_WINDOW)
-        cur = self._recorded(term.selector)
         raw = term.lookup or term.selector
+        # The record holds only the series of `term.selector`; within it the class label (with the scope) already
+        # tells one term's series from another's, so its reads match without the model-set alternation too.
+        cur = self._recorded(raw)
         own = f"ignoring ({schema.RULE_LABEL_COUNTER_SERVICE}, {schema.RULE_LABEL_COUNTER})"
         step = prom_duration(TILE_SEEN_STEP)
         # 5m ago as recorded then; where nothing was recorded then (Prometheus itself was down), the raw series'
@@ -342,26 +344,50 @@ class Tiles:
 # Rule builders
 # ==============================================================================================================
 def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
-    q = queries.Queries(spec)
+    group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, *queries.Queries(spec).replica_labels,
+             schema.RULE_LABEL_ENGINE, "le"]  # fmt: skip
     rules: list[RecordingRule] = []
     for sli in Sli:
-        terms = []
-        for rc in spec.classes:
-            if sli not in rc.slos:
-                continue
-            group = [
-                schema.RULE_LABEL_MODEL,
-                schema.RULE_LABEL_CLASS,
-                *q.replica_labels,
-                schema.RULE_LABEL_ENGINE,
-                "le",
-            ]
-            for raw in _histogram_raws(spec, rc, sli, "_bucket"):
-                terms.append(_histogram_sum(spec, rc, sli, f"rate({raw}[5m])", group))
+        terms = [
+            _histogram_sum(spec, rc, sli, f"rate({raw}[5m])", group)
+            for rc, raw in _class_merged_raws(spec, [rc for rc in spec.classes if sli in rc.slos], sli, "_bucket")
+        ]
         if terms:
             labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_SLO: sli.value}
             rules.append(RecordingRule(schema.RECORD_LATENCY_BUCKET_RATE, _union(terms), labels))
     return rules
+
+
+def _class_merged_raws(
+    spec: Spec, classes: Sequence[RequestClass], sli: Sli, suffix: str
+) -> list[tuple[RequestClass, str]]:
+    """The raw selectors of `classes`' SLI histograms, one per distinct selector once the class is set aside:
+    classes that read the same histogram over the same models and scope, told apart by the source's class label,
+    share one selector with the class label matching all of them (`class=~"chat|code"`). Every selector pays a
+    query's fixed cost and a postings lookup per model in its model-set matcher, so a fleet whose models all serve
+    the same classes reads each histogram once, not once per class. Each selector comes with the first class that
+    reads it (the label names of `_histogram_sum`, which merged classes share)."""
+    q = queries.Queries(spec)
+    merged: dict[tuple[Any, ...], tuple[RequestClass, list[str], str, str, tuple[Matcher, ...]]] = {}
+    for rc in classes:
+        hist = spec.histogram(rc, sli)
+        own = (hist.class_label, "=", rc.name) if hist.class_label is not None else None
+        for models in q.scope_groups(rc.models):
+            matchers = q.histogram_matchers(rc, sli, models)
+            if own is None or matchers.count(own) != 1:
+                merged[(rc.name, tuple(models))] = (rc, [], hist.name, "", tuple(matchers))
+                continue
+            rest = tuple(m for m in matchers if m != own)
+            key = (hist.name, hist.model_label, hist.engine_label, hist.class_label, hist.scale, rest)
+            if key in merged:
+                merged[key][1].append(rc.name)
+            else:
+                merged[key] = (rc, [rc.name], hist.name, own[0], rest)
+    raws = []
+    for rc, names, name, label, rest in merged.values():
+        matchers = [*rest, one_of(label, names)] if names else list(rest)
+        raws.append((rc, promql.selector(name + suffix, matchers)))
+    return raws
 
 
 def _own_histogram_rate(spec: Spec, rc: RequestClass) -> str | None:
