@@ -16,11 +16,14 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from slokit import promql, schema
 from slokit.promql import Matcher, eq, one_of
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,37 @@ class RawTerm:
     # with the counter record): without the model-set matcher where the class label narrows the series anyway,
     # since a long alternation of model names is costly to match on every evaluation.
     lookup: str = ""
+    # The selector's parts where one matcher narrows it to a class (the source's class label): the metric, every
+    # other matcher in order, and that one. Terms that differ only in it can be read as one (`class=~"a|b"`).
+    metric: str = ""
+    rest: tuple[Matcher, ...] = ()
+    narrowing: Matcher | None = None
+    narrowing_at: int = 0  # its place among `rest`, so that one class's merged selector is `selector` exactly
+
+
+def merge_classes(terms: Iterable[tuple[T, RawTerm]]) -> list[tuple[T, str]]:
+    """Selectors covering `terms`' series, terms that differ only in their class matcher merged into one with the
+    class label matching all their classes, in first-appearance order, each with the tag of its first term. Each
+    selector pays a query's fixed cost and a postings lookup per model of its model-set matcher, so a fleet whose
+    models all serve the same classes reads each series set once, not once per class."""
+    merged: dict[tuple[object, ...], tuple[T, RawTerm, list[str]]] = {}
+    for tag, term in terms:
+        if term.narrowing is None or term.narrowing[1] != "=":
+            merged.setdefault((term.selector,), (tag, term, []))
+            continue
+        key = (term.metric, term.rest, term.narrowing[0], term.narrowing_at)
+        values = merged.setdefault(key, (tag, term, []))[2]
+        if term.narrowing[2] not in values:
+            values.append(term.narrowing[2])
+    selectors = []
+    for tag, term, values in merged.values():
+        if term.narrowing is None or not values:
+            selectors.append((tag, term.selector))
+            continue
+        at = term.narrowing_at
+        matchers = [*term.rest[:at], one_of(term.narrowing[0], values), *term.rest[at:]]
+        selectors.append((tag, promql.selector(term.metric, matchers)))
+    return selectors
 
 
 class Queries:
@@ -94,7 +128,9 @@ class Queries:
                 narrowed.append(eq(self.metrics.class_label, request_class.name))
             selector = promql.selector(metric, [*scope, *model, *narrowed, *extra])
             lookup = promql.selector(metric, [*scope, *narrowed, *extra]) if narrowed and len(group) > 1 else selector
-            terms.append(RawTerm(tuple(group), selector, lookup))
+            rest = (*scope, *model, *extra)
+            narrowing = narrowed[0] if narrowed else None
+            terms.append(RawTerm(tuple(group), selector, lookup, metric, rest, narrowing, len(scope) + len(model)))
         return terms
 
     def histogram_terms(
@@ -121,7 +157,13 @@ class Queries:
                 lookup = promql.selector(
                     hist.name + suffix, [m for m in [*matchers, *extra] if m[0] != hist.model_label]
                 )
-            terms.append(RawTerm(tuple(group), selector, lookup))
+            own = eq(hist.class_label, request_class.name) if hist.class_label is not None else None
+            if own is not None and matchers.count(own) == 1:
+                rest = tuple(m for m in [*matchers, *extra] if m != own)
+                at = matchers.index(own)
+                terms.append(RawTerm(tuple(group), selector, lookup, hist.name + suffix, rest, own, at))
+            else:
+                terms.append(RawTerm(tuple(group), selector, lookup))
         return terms
 
     def scope_groups(self, models: Iterable[str]) -> list[list[str]]:

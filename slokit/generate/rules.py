@@ -294,7 +294,7 @@ class Tiles:
 
     def __init__(self, spec: Spec) -> None:
         self.service = spec.service
-        self.raws: dict[str, None] = {}
+        self.raws: dict[str, queries.RawTerm] = {}
 
     def _recorded(self, raw: str) -> str:
         name, brace, inner = raw.partition("{")
@@ -306,7 +306,7 @@ class Tiles:
     def delta(self, term: queries.RawTerm) -> str:
         """The per-series, reset-aware sample delta of a counter's raw term over the last BASE_WINDOW. The counter
         record holds exactly the term's series and every branch joins with it, so the raw reads use its `lookup`."""
-        self.raws[term.selector] = None
+        self.raws.setdefault(term.selector, term)
         base = prom_duration(BASE_WINDOW)
         raw = term.lookup or term.selector
         # The record holds only the series of `term.selector`; within it the class label (with the scope) already
@@ -328,13 +328,14 @@ class Tiles:
 
     def counter_rule(self) -> RecordingRule:
         """The last sample over TILE_LOOKBACK of every raw counter series the tiles read, one term per selector
-        that no other term's series include (TTFT's `stream="true"` failures are among E2E's)."""
+        that no other term's series include (TTFT's `stream="true"` failures are among E2E's), terms that differ
+        only in their class merged (queries.merge_classes: every class's `+Inf` bucket in one)."""
         look = prom_duration(TILE_LOOKBACK)
+        kept = [(raw, term) for raw, term in self.raws.items() if not any(_narrower(raw, other) for other in self.raws)]
         terms = [
             f'label_replace(last_over_time({raw}[{look}]), "{schema.RULE_LABEL_COUNTER}", '
             f'{promql.quote(raw.partition("{")[0])}, "", "")'
-            for raw in self.raws
-            if not any(_narrower(raw, other) for other in self.raws)
+            for _, raw in queries.merge_classes(kept)
         ]
         labels = {schema.RULE_LABEL_COUNTER_SERVICE: self.service}
         return RecordingRule(schema.RECORD_COUNTER_LAST, _union(terms), labels)
@@ -344,50 +345,18 @@ class Tiles:
 # Rule builders
 # ==============================================================================================================
 def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
-    group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, *queries.Queries(spec).replica_labels,
-             schema.RULE_LABEL_ENGINE, "le"]  # fmt: skip
+    q = queries.Queries(spec)
+    group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, *q.replica_labels, schema.RULE_LABEL_ENGINE, "le"]
     rules: list[RecordingRule] = []
     for sli in Sli:
-        terms = [
-            _histogram_sum(spec, rc, sli, f"rate({raw}[5m])", group)
-            for rc, raw in _class_merged_raws(spec, [rc for rc in spec.classes if sli in rc.slos], sli, "_bucket")
-        ]
+        # classes that read one histogram over the same models share one selector (queries.merge_classes); they
+        # share `_histogram_sum`'s label names too, so the first class's stand for all
+        raws = [(rc, term) for rc in spec.classes if sli in rc.slos for term in q.histogram_terms(rc, sli, "_bucket")]
+        terms = [_histogram_sum(spec, rc, sli, f"rate({raw}[5m])", group) for rc, raw in queries.merge_classes(raws)]
         if terms:
             labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_SLO: sli.value}
             rules.append(RecordingRule(schema.RECORD_LATENCY_BUCKET_RATE, _union(terms), labels))
     return rules
-
-
-def _class_merged_raws(
-    spec: Spec, classes: Sequence[RequestClass], sli: Sli, suffix: str
-) -> list[tuple[RequestClass, str]]:
-    """The raw selectors of `classes`' SLI histograms, one per distinct selector once the class is set aside:
-    classes that read the same histogram over the same models and scope, told apart by the source's class label,
-    share one selector with the class label matching all of them (`class=~"chat|code"`). Every selector pays a
-    query's fixed cost and a postings lookup per model in its model-set matcher, so a fleet whose models all serve
-    the same classes reads each histogram once, not once per class. Each selector comes with the first class that
-    reads it (the label names of `_histogram_sum`, which merged classes share)."""
-    q = queries.Queries(spec)
-    merged: dict[tuple[Any, ...], tuple[RequestClass, list[str], str, str, tuple[Matcher, ...]]] = {}
-    for rc in classes:
-        hist = spec.histogram(rc, sli)
-        own = (hist.class_label, "=", rc.name) if hist.class_label is not None else None
-        for models in q.scope_groups(rc.models):
-            matchers = q.histogram_matchers(rc, sli, models)
-            if own is None or matchers.count(own) != 1:
-                merged[(rc.name, tuple(models))] = (rc, [], hist.name, "", tuple(matchers))
-                continue
-            rest = tuple(m for m in matchers if m != own)
-            key = (hist.name, hist.model_label, hist.engine_label, hist.class_label, hist.scale, rest)
-            if key in merged:
-                merged[key][1].append(rc.name)
-            else:
-                merged[key] = (rc, [rc.name], hist.name, own[0], rest)
-    raws = []
-    for rc, names, name, label, rest in merged.values():
-        matchers = [*rest, one_of(label, names)] if names else list(rest)
-        raws.append((rc, promql.selector(name + suffix, matchers)))
-    return raws
 
 
 def _own_histogram_rate(spec: Spec, rc: RequestClass) -> str | None:
