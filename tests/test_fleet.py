@@ -22,6 +22,7 @@ from slokit.fleet import fleet_spec_yaml, model_names
 from slokit.generate import alerts, generate_all, promtool_tests
 from slokit.generate.rules import rule_groups
 from slokit.schema import RECORD_LATENCY_BUCKET_RATE as RECORD_RATES
+from slokit.schema import record_sli_total
 from slokit.spec import Spec, load_spec_text
 
 
@@ -61,7 +62,10 @@ def test_every_rule_covers_every_model_of_its_classes() -> None:
         assert models == set(model_names(32)), rule.title
 
 
-def test_bucket_rates_read_each_histogram_once_where_classes_share_their_models() -> None:
+RECORD_TOTAL = record_sli_total("5m")
+
+
+def test_bucket_rates_and_tiles_read_each_histogram_once_where_classes_share_their_models() -> None:
     """Every model serves every class (source slokit): one raw selector per histogram, the class label matching
     the classes that read it. Classes spread over the models (source vllm, no class label): one per class."""
     for source, per_class in (("slokit", False), ("vllm", True)):
@@ -75,6 +79,14 @@ def test_bucket_rates_read_each_histogram_once_where_classes_share_their_models(
             if not per_class:
                 names = "|".join(rc.name for rc in readers)
                 assert (f'class="{names}"' if len(readers) == 1 else f'class=~"{names}"') in raws[0], raws
+        # the 5m tiles: each histogram's +Inf bucket is looked up (new-series check, one per term) once per SLI
+        # where the classes share their models, once per class where they do not
+        total = next(r for g in rule_groups(spec) for r in g.rules if getattr(r, "record", None) == RECORD_TOTAL)
+        for sli in {s for rc in spec.classes for s in rc.slos}:
+            readers = [rc for rc in spec.classes if rc.slos.get(sli) and rc.slos[sli].objective]
+            metric = spec.histogram(readers[0], sli).name + "_bucket"
+            lookups = re.findall(re.escape(metric) + r'\{[^}]*le="\+Inf"\}\[1h:5m\]', total.expr)
+            assert len(lookups) == (len(readers) if per_class else 1), (source, sli, lookups)
 
 
 def _healthy_and_outage_tests(spec: Spec, broken: str, minutes: int) -> dict[str, Any]:

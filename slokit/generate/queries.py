@@ -36,37 +36,51 @@ class RawTerm:
     # with the counter record): without the model-set matcher where the class label narrows the series anyway,
     # since a long alternation of model names is costly to match on every evaluation.
     lookup: str = ""
-    # The selector's parts where one matcher narrows it to a class (the source's class label): the metric, every
-    # other matcher in order, and that one. Terms that differ only in it can be read as one (`class=~"a|b"`).
+    # Where one matcher narrows the selector to a class (the source's class label): the metric, the matchers of
+    # `selector` and of `lookup` in order, that one matcher, and the label names the series carry (model, engine,
+    # class, unit). Terms equal but for that matcher can be read as one (`class=~"a|b"`, merge_classes).
     metric: str = ""
-    rest: tuple[Matcher, ...] = ()
+    matchers: tuple[Matcher, ...] = ()
+    lookup_matchers: tuple[Matcher, ...] = ()
     narrowing: Matcher | None = None
-    narrowing_at: int = 0  # its place among `rest`, so that one class's merged selector is `selector` exactly
+    shape: tuple[object, ...] = ()
 
 
-def merge_classes(terms: Iterable[tuple[T, RawTerm]]) -> list[tuple[T, str]]:
-    """Selectors covering `terms`' series, terms that differ only in their class matcher merged into one with the
-    class label matching all their classes, in first-appearance order, each with the tag of its first term. Each
-    selector pays a query's fixed cost and a postings lookup per model of its model-set matcher, so a fleet whose
-    models all serve the same classes reads each series set once, not once per class."""
-    merged: dict[tuple[object, ...], tuple[T, RawTerm, list[str]]] = {}
+def merge_classes(terms: Iterable[tuple[T, RawTerm]]) -> list[tuple[T, RawTerm]]:
+    """`terms` with those that differ only in their class matcher merged into one whose class label matches all
+    their classes, in first-appearance order, each with the tag of its first term (the tag's class stands for the
+    label names, which merged terms share). Each selector pays a query's fixed cost and a postings lookup per model
+    of its model-set matcher, so a fleet whose models all serve the same classes reads each series set once, not
+    once per class, and the records split the classes again by their label."""
+    merged: dict[tuple[object, ...], tuple[T, RawTerm, list[str], list[str]]] = {}
     for tag, term in terms:
-        if term.narrowing is None or term.narrowing[1] != "=":
-            merged.setdefault((term.selector,), (tag, term, []))
+        narrowing = term.narrowing
+        if narrowing is None or narrowing[1] != "=":
+            merged.setdefault(("as is", term.selector), (tag, term, [], []))
             continue
-        key = (term.metric, term.rest, term.narrowing[0], term.narrowing_at)
-        values = merged.setdefault(key, (tag, term, []))[2]
-        if term.narrowing[2] not in values:
-            values.append(term.narrowing[2])
-    selectors = []
-    for tag, term, values in merged.values():
-        if term.narrowing is None or not values:
-            selectors.append((tag, term.selector))
+        hole: Matcher = (narrowing[0], "=", "")
+        key = (
+            term.metric,
+            term.shape,
+            tuple(hole if m == narrowing else m for m in term.matchers),
+            tuple(hole if m == narrowing else m for m in term.lookup_matchers),
+        )
+        _, _, values, models = merged.setdefault(key, (tag, term, [], []))
+        if narrowing[2] not in values:
+            values.append(narrowing[2])
+        models.extend(m for m in term.models if m not in models)
+    out: list[tuple[T, RawTerm]] = []
+    for tag, term, values, models in merged.values():
+        if term.narrowing is None or len(values) < 2:
+            out.append((tag, term))
             continue
-        at = term.narrowing_at
-        matchers = [*term.rest[:at], one_of(term.narrowing[0], values), *term.rest[at:]]
-        selectors.append((tag, promql.selector(term.metric, matchers)))
-    return selectors
+        wide = one_of(term.narrowing[0], values)
+        matchers = tuple(wide if m == term.narrowing else m for m in term.matchers)
+        lookup = tuple(wide if m == term.narrowing else m for m in term.lookup_matchers)
+        selector = promql.selector(term.metric, matchers)
+        out.append((tag, RawTerm(tuple(models), selector, promql.selector(term.metric, lookup), term.metric,
+                                 matchers, lookup, None, term.shape)))  # fmt: skip
+    return out
 
 
 class Queries:
@@ -128,9 +142,10 @@ class Queries:
                 narrowed.append(eq(self.metrics.class_label, request_class.name))
             selector = promql.selector(metric, [*scope, *model, *narrowed, *extra])
             lookup = promql.selector(metric, [*scope, *narrowed, *extra]) if narrowed and len(group) > 1 else selector
-            rest = (*scope, *model, *extra)
+            full = (*scope, *model, *narrowed, *extra)
+            look = (*scope, *narrowed, *extra) if narrowed and len(group) > 1 else full
             narrowing = narrowed[0] if narrowed else None
-            terms.append(RawTerm(tuple(group), selector, lookup, metric, rest, narrowing, len(scope) + len(model)))
+            terms.append(RawTerm(tuple(group), selector, lookup, metric, full, look, narrowing, ("raw",)))
         return terms
 
     def histogram_terms(
@@ -151,19 +166,17 @@ class Queries:
         terms = []
         for group in self.scope_groups(models if models is not None else request_class.models):
             matchers = self.histogram_matchers(request_class, sli, group, with_class)
-            selector = promql.selector(hist.name + suffix, [*matchers, *extra])
-            lookup = selector
+            full = (*matchers, *extra)
+            look = full
             if hist.model_label is not None and hist.class_label is not None and with_class and len(group) > 1:
-                lookup = promql.selector(
-                    hist.name + suffix, [m for m in [*matchers, *extra] if m[0] != hist.model_label]
-                )
+                look = tuple(m for m in full if m[0] != hist.model_label)
             own = eq(hist.class_label, request_class.name) if hist.class_label is not None else None
-            if own is not None and matchers.count(own) == 1:
-                rest = tuple(m for m in [*matchers, *extra] if m != own)
-                at = matchers.index(own)
-                terms.append(RawTerm(tuple(group), selector, lookup, hist.name + suffix, rest, own, at))
-            else:
-                terms.append(RawTerm(tuple(group), selector, lookup))
+            narrowing = own if own is not None and matchers.count(own) == 1 else None
+            shape = (hist.model_label, hist.engine_label, hist.class_label, hist.scale)
+            metric = hist.name + suffix
+            selector = promql.selector(metric, full)
+            terms.append(RawTerm(tuple(group), selector, promql.selector(metric, look), metric, full, look, narrowing,
+                                 shape))  # fmt: skip
         return terms
 
     def scope_groups(self, models: Iterable[str]) -> list[list[str]]:

@@ -335,7 +335,7 @@ class Tiles:
         terms = [
             f'label_replace(last_over_time({raw}[{look}]), "{schema.RULE_LABEL_COUNTER}", '
             f'{promql.quote(raw.partition("{")[0])}, "", "")'
-            for _, raw in queries.merge_classes(kept)
+            for raw in (term.selector for _, term in queries.merge_classes(kept))
         ]
         labels = {schema.RULE_LABEL_COUNTER_SERVICE: self.service}
         return RecordingRule(schema.RECORD_COUNTER_LAST, _union(terms), labels)
@@ -352,7 +352,10 @@ def _bucket_rate_rules(spec: Spec) -> list[RecordingRule]:
         # classes that read one histogram over the same models share one selector (queries.merge_classes); they
         # share `_histogram_sum`'s label names too, so the first class's stand for all
         raws = [(rc, term) for rc in spec.classes if sli in rc.slos for term in q.histogram_terms(rc, sli, "_bucket")]
-        terms = [_histogram_sum(spec, rc, sli, f"rate({raw}[5m])", group) for rc, raw in queries.merge_classes(raws)]
+        terms = [
+            _histogram_sum(spec, rc, sli, f"rate({term.selector}[5m])", group)
+            for rc, term in queries.merge_classes(raws)
+        ]
         if terms:
             labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_SLO: sli.value}
             rules.append(RecordingRule(schema.RECORD_LATENCY_BUCKET_RATE, _union(terms), labels))
@@ -501,6 +504,11 @@ def _on_selector(read: Callable[[str], str]) -> Callable[[queries.RawTerm], str]
 def failure_terms(spec: Spec, rc: RequestClass, sli: Sli, delta: Callable[[queries.RawTerm], str]) -> list[str]:
     """`delta(raw)` summed per model and class (slo written on) over the failure counter one SLO reads; empty when
     the SLO reads a histogram of its own (`metric:`) or the source counts no failures for this SLI."""
+    return [failure_sum(spec, rc, sli, delta(term)) for term in failure_raw_terms(spec, rc, sli)]
+
+
+def failure_raw_terms(spec: Spec, rc: RequestClass, sli: Sli) -> list[queries.RawTerm]:
+    """The raw terms of the failure counter one SLO reads (see failure_terms); empty where it reads none."""
     slo = rc.slos[sli]
     metrics = spec.metrics
     metric = None if slo.metric is not None else metrics.failed_metric(sli, slo.measured_at)
@@ -509,11 +517,13 @@ def failure_terms(spec: Spec, rc: RequestClass, sli: Sli, delta: Callable[[queri
     # Only streams are TTFT events at the frontend, so only their failures count against its TTFT.
     stream = metric == metrics.frontend_failed and sli is Sli.TTFT
     extra = [eq(schema.FRONTEND_STREAM_LABEL, "true")] if stream else []
-    group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if metrics.class_label else [])
-    return [
-        _with_slo(sli, _with_class(spec, rc, _aggregate(spec, "sum", delta(term), group)))
-        for term in queries.Queries(spec).raw_terms(metric, rc.models, rc, extra)
-    ]
+    return queries.Queries(spec).raw_terms(metric, rc.models, rc, extra)
+
+
+def failure_sum(spec: Spec, rc: RequestClass, sli: Sli, inner: str) -> str:
+    """`inner` (per-series failures) summed per model and class, the class and slo written on."""
+    group = [schema.RULE_LABEL_MODEL] + ([schema.RULE_LABEL_CLASS] if spec.metrics.class_label else [])
+    return _with_slo(sli, _with_class(spec, rc, _aggregate(spec, "sum", inner, group)))
 
 
 def with_failures(events: Sequence[str], failures: Sequence[str]) -> str:
@@ -528,6 +538,12 @@ def with_failures(events: Sequence[str], failures: Sequence[str]) -> str:
     return f"sum without ({schema.RULE_LABEL_TILE}) (\n" + "\nor\n".join(sides) + "\n)"
 
 
+def _threshold(rc: RequestClass, sli: Sli) -> float:
+    objective = rc.slos[sli].objective
+    assert objective is not None
+    return objective.threshold
+
+
 def _base_window_rules(spec: Spec) -> list[RecordingRule]:
     """5m total and good events per SLO: sums of reset-aware sample deltas of the raw threshold and +Inf buckets,
     and of the failure counter (total only); first the per-series counter record the tiles read."""
@@ -535,17 +551,24 @@ def _base_window_rules(spec: Spec) -> list[RecordingRule]:
     goods: list[str] = []
     group = [schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS]
     tiles = Tiles(spec)
-    for rc, sli in _objective_slos(spec):
-        objective = rc.slos[sli].objective
-        assert objective is not None
-        q = queries.Queries(spec)
-        events = [
-            _with_slo(sli, _histogram_sum(spec, rc, sli, tiles.delta(term), group))
-            for term in q.histogram_terms(rc, sli, "_bucket", [INF_MATCHER])
-        ]
-        totals.append(with_failures(events, failure_terms(spec, rc, sli, tiles.delta)))
-        for term in q.histogram_terms(rc, sli, "_bucket", [threshold_le(spec, rc, sli, objective.threshold)]):
-            goods.append(_with_slo(sli, _histogram_sum(spec, rc, sli, tiles.delta(term), group)))
+    q = queries.Queries(spec)
+    merge = queries.merge_classes
+    # Per SLI, the classes' terms that differ only in the class are one term (every class's +Inf bucket, the
+    # classes sharing a threshold's bucket, their failures): the sums split the classes again by their label.
+    for sli in Sli:
+        slos = [rc for rc, s in _objective_slos(spec) if s is sli]
+        if not slos:
+            continue
+        inf = merge((rc, term) for rc in slos for term in q.histogram_terms(rc, sli, "_bucket", [INF_MATCHER]))
+        events = [_with_slo(sli, _histogram_sum(spec, rc, sli, tiles.delta(term), group)) for rc, term in inf]
+        failed = merge((rc, term) for rc in slos for term in failure_raw_terms(spec, rc, sli))
+        totals.append(with_failures(events, [failure_sum(spec, rc, sli, tiles.delta(term)) for rc, term in failed]))
+        good = merge(
+            (rc, term)
+            for rc in slos
+            for term in q.histogram_terms(rc, sli, "_bucket", [threshold_le(spec, rc, sli, _threshold(rc, sli))])
+        )
+        goods += [_with_slo(sli, _histogram_sum(spec, rc, sli, tiles.delta(term), group)) for rc, term in good]
     labels = {schema.RULE_LABEL_SERVICE: spec.service}
     return [
         tiles.counter_rule(),
