@@ -18,11 +18,13 @@ import pytest
 import yaml
 
 from slokit.generate import generate_all
+from slokit.generate.model import RecordingRule
+from slokit.generate.rules import rule_groups
 from slokit.generate.writer import write_files
 from slokit.interop.importing import read_files, render_spec
 from slokit.interop.selectors import parse_query
 from slokit.local.prometheus import check_rule_files, run_rule_tests
-from slokit.schema import Sli
+from slokit.schema import RECORD_LATENCY_BUCKET_RATE, Sli, record_sli_good, record_sli_total
 from slokit.spec import Spec, load_spec, load_spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,6 +128,16 @@ def test_exit_status_says_all_some_or_nothing(tmp_path: Path) -> None:
     assert all(p.endswith((".", ":", "/", "...")) for p in paragraphs[1:8]), paragraphs
     missing = _cli("import", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2 and "cannot be read" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_classes_reading_one_unlabelled_histogram_each_keep_their_own_terms() -> None:
+    """Two imported objectives over the same series (no class label to tell them apart): each class's 5m tiles
+    and bucket rates are their own terms, the class written on; none is folded into another's."""
+    spec = _imported(*sorted(DATA.glob("*/*.y*ml")))
+    records = {r.record: r.expr for g in rule_groups(spec) for r in g.rules if isinstance(r, RecordingRule)}
+    for record in (record_sli_total("5m"), record_sli_good("5m"), RECORD_LATENCY_BUCKET_RATE):
+        for rc in spec.classes:
+            assert f'"class", "{rc.name}"' in records[record], (record, rc.name)
 
 
 @pytest.mark.prometheus

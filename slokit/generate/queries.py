@@ -56,7 +56,9 @@ def merge_classes(terms: Iterable[tuple[T, RawTerm]]) -> list[tuple[T, RawTerm]]
     for tag, term in terms:
         narrowing = term.narrowing
         if narrowing is None or narrowing[1] != "=":
-            merged.setdefault(("as is", term.selector), (tag, term, [], []))
+            # kept as it is, even where another term has the same selector: the class is then written on by
+            # each term's own reader (a histogram without a class label that two classes read)
+            merged[("as is", len(merged))] = (tag, term, [], [])
             continue
         hole: Matcher = (narrowing[0], "=", "")
         key = (
