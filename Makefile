@@ -9,13 +9,14 @@ WHEELS := $(wildcard /opt/wheels)
 PIP_FIND := $(if $(WHEELS),--find-links $(WHEELS),--extra-index-url https://download.pytorch.org/whl/cpu)
 STAMP := $(VENV)/.slokit-installed
 
-.PHONY: demo test install system-deps lint typecheck generate check-generated unit clean bench bench-quick bench-rules
+.PHONY: demo test install system-deps lint typecheck generate check-generated unit clean bench bench-quick bench-rules compat
 
 demo: install system-deps
 	$(BIN)/slokit demo
 
+# Two pytest-xdist workers; every module that runs a vLLM engine stays on one (tests/conftest.py).
 test: install system-deps lint typecheck check-generated
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 install: $(STAMP)
 
@@ -81,6 +82,10 @@ bench-rule_cost_realistic: install system-deps
 
 bench-%: install system-deps
 	PYTHONPATH=$(CURDIR) $(BIN)/python bench/$*.py $(BENCH_ARGS)
+
+# Real vLLM releases, one virtualenv each under .compat/ (scripts/compat.py; writes compat/results.json).
+compat: install
+	$(BIN)/python scripts/compat.py $(COMPAT_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
