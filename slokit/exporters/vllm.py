@@ -41,6 +41,7 @@ from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
 import slokit
 from slokit import schema
+from slokit.exporters import vllm_internals
 from slokit.exporters.classes import (
     CLASS_HEADER_VAR,
     DRILL_ENV,
@@ -73,6 +74,7 @@ FLUSH_INTERVAL_S: Final = 1.0  # several API servers: how often values are copie
 
 _ACTIVE: SlokitStatLogger | None = None  # the logger the hooks report to (the newest one in this process)
 _HOOKS: dict[str, bool] = {}  # hook name -> installed
+_GAPS_CHECKED = False  # vLLM's internals checked against what the exporter relies on (once per process)
 # registry -> the store this module registered there (replaced when vLLM builds a new logger). Weak keys: a
 # registry that is gone must not be confused with a new one that happens to get the same id().
 _REGISTERED: weakref.WeakKeyDictionary[CollectorRegistry, MetricStore] = weakref.WeakKeyDictionary()
@@ -217,6 +219,7 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             self._fail(None, cls, schema.FailReason.REJECTED.value, 0)
         hooks = _install_hooks(self)
         self.tracking = hooks.get("add_request", False)
+        _warn_of_gaps()
         self._info.child(
             self.model, spec.digest if spec else "", slokit.__version__, _vllm_version(), str(self.tracking).lower()
         )[0] = 1.0
@@ -714,6 +717,23 @@ async def _timed_app(original: Any, app: Any, scope: Any, receive: Any, send: An
 # Hooks (installed once per process, report to the newest logger)
 # ==============================================================================================================
 _ARRIVAL_KEY: Final = "slokit.arrival"  # ASGI scope key: perf_counter() when uvicorn began parsing the request
+
+
+def _warn_of_gaps() -> None:
+    """Say at start-up what of vLLM's internals this release lacks (vllm_internals.RELIED_ON), once per process:
+    on such a release the exporter keeps vLLM serving, but some per-class series stay empty or go to `other`."""
+    global _GAPS_CHECKED
+    if _GAPS_CHECKED:
+        return
+    _GAPS_CHECKED = True
+    try:
+        gaps = vllm_internals.installed_gaps()
+    except Exception as exc:  # a file that does not parse: say so, never stop vLLM
+        gaps = [f"cannot read vLLM's source ({exc})"]
+    if gaps:
+        _log.warning("slokit exporter: vLLM %s lacks what the exporter relies on, so some per-class series will "
+                     "be missing or counted as errors (use `source: vllm` for this release): %s",
+                     _vllm_version(), "; ".join(gaps))  # fmt: skip
 
 
 def _install_hooks(logger: SlokitStatLogger) -> dict[str, bool]:

@@ -74,12 +74,14 @@ def start_vllm_server(
     env: Mapping[str, str] | None = None,
     log_path: Path | None = None,
     startup_timeout: float = 480.0,
+    python: str | None = None,
 ) -> VllmServer:
     """Start vLLM and wait until /health answers; raise `StartError` quoting the log if it does not.
 
     `model` defaults to the tiny random-weight Llama (built once, cached). `spec_path` becomes `SLOKIT_SPEC` for
     slokit's stat-logger plugin (None: the plugin runs without a spec, with one `default` class). `env` adds to
-    (and overrides) the inherited environment.
+    (and overrides) the inherited environment. `python` is the interpreter that runs vLLM (default: this one); the
+    compatibility check (scripts/compat.py) passes another virtualenv's, with an older vLLM release installed.
     """
     model_dir = Path(model) if model is not None else build_tiny_model()
     port = port if port is not None else free_port()
@@ -87,7 +89,7 @@ def start_vllm_server(
         log_dir = Path(tempfile.mkdtemp(prefix="slokit-vllm-"))
         log_path = log_dir / "vllm.log"
     argv = [
-        sys.executable,
+        python or sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
