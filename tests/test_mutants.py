@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,25 @@ def test_sample_is_deterministic_and_stratified() -> None:
     assert len(first) == 21
     for family in m.FAMILIES:
         assert sum(family in x.families for x in first) >= 3
+
+
+def test_the_test_file_splits_into_files_of_rising_cost_with_every_group_once() -> None:
+    """Mutants run the cheap scenarios first (a killed mutant stops at its first failing file): the split keeps
+    every group once, with the file's settings, and the long scenarios (a day of baseline history, the filled
+    long windows) in the last file."""
+    from slokit.generate import promtool_tests
+
+    unit = promtool_tests.unit_tests(_spec("assistant"))
+    parts = m.by_cost(unit)
+    assert list(parts) == [f"tests-{i}.yaml" for i in range(1, len(parts) + 1)] and len(parts) == 3
+    names = [g["name"] for part in parts.values() for g in part["tests"]]
+    assert sorted(names) == sorted(g["name"] for g in unit["tests"])
+    for part in parts.values():
+        assert {k: v for k, v in part.items() if k != "tests"} == {k: v for k, v in unit.items() if k != "tests"}
+    costs = [[m._simulated_seconds(g) for g in part["tests"]] for part in parts.values()]
+    assert all(max(a) <= min(b) for a, b in itertools.pairwise(costs))
+    last = [g["name"] for g in parts[f"tests-{len(parts)}.yaml"]["tests"]]
+    assert any(n.startswith("baseline") for n in last) and any(n.startswith("long windows") for n in last), last
 
 
 def test_deleted_record_and_changed_for() -> None:
