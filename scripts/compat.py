@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import http.client
 import json
 import os
 import platform
@@ -38,19 +37,15 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from prometheus_client.parser import text_string_to_metric_families
-
 ROOT: Final = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slokit import schema  # noqa: E402
 from slokit.backtest.evaluate import source_metric_names  # noqa: E402
 from slokit.exporters import vllm_internals  # noqa: E402
 from slokit.local.tiny_model import build_tiny_model  # noqa: E402
@@ -58,6 +53,7 @@ from slokit.local.vllm_server import StartError, start_vllm_server  # noqa: E402
 from slokit.schema import Sli  # noqa: E402
 from slokit.sources import vllm_releases  # noqa: E402
 from slokit.spec import load_spec_text  # noqa: E402
+from tests.test_exporter_engine import scrape, stream_completion  # noqa: E402
 
 # Before the renames (0.10: ITL under vllm:time_per_output_token_seconds, KV cache under its GPU name), the first
 # release after them, the oldest and newest releases whose torch pin this machine can install (0.28 has no
@@ -74,7 +70,6 @@ SERVED: Final = "tiny-llama"
 REQUESTS_PER_CLASS: Final = 3
 OUTPUT_TOKENS: Final = 8
 INSTALL_TIMEOUT: Final = 1800.0
-REQUEST_TIMEOUT: Final = 120.0
 
 # The rules for `source: vllm` at a release: every SLI it has a histogram for (no TPOT before 0.11).
 VLLM_SPEC: Final = """\
@@ -155,28 +150,6 @@ def install(release: str) -> tuple[Path, str]:
     return venv, ""
 
 
-def _stream(port: int, prompt: str, header: str | None) -> int:
-    body = json.dumps({"model": SERVED, "prompt": prompt, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True,
-                       "stream": True, "temperature": 0})  # fmt: skip
-    headers = {"content-type": "application/json"}
-    if header is not None:
-        headers[schema.CLASS_HEADER] = header
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT)
-    try:
-        connection.request("POST", "/v1/completions", body=body, headers=headers)
-        response = connection.getresponse()
-        chunks = sum(1 for line in iter(response.readline, b"") if line.startswith(b"data: {"))
-        return response.status if chunks else 0
-    finally:
-        connection.close()
-
-
-def _scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        text = response.read().decode()
-    return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
-
-
 def check(release: str, venv: Path, workdir: Path) -> Outcome:
     """Run the release's engine and check its /metrics."""
     outcome = Outcome(release, "failed")
@@ -195,12 +168,13 @@ def check(release: str, venv: Path, workdir: Path) -> Outcome:
         outcome.detail = f"the engine did not start: {str(error).splitlines()[0]} (log: {log})"
         return outcome
     try:
-        sent = [(cls.name, cls.name) for cls in exporter_spec.classes for _ in range(REQUESTS_PER_CLASS)]
-        sent.append((None, schema.DEFAULT_CLASS))  # no header: the spec's default classification
-        statuses = [_stream(server.port, "compat check " * 4, header) for header, _ in sent]
-        outcome.requests_sent, outcome.requests_ok = len(sent), statuses.count(200)
+        headers = [cls.name for cls in exporter_spec.classes for _ in range(REQUESTS_PER_CLASS)]
+        headers.append(None)  # no header: the spec's default classification
+        answers = [stream_completion(server, "compat check " * 4, header, OUTPUT_TOKENS) for header in headers]
+        outcome.requests_sent = len(headers)
+        outcome.requests_ok = sum(a.status == 200 and a.ttft > 0 for a in answers)  # streamed content came
         time.sleep(1.0)  # the engine's stat loggers run once per engine step; let the last one land
-        samples = _scrape(server.metrics_url)
+        samples = scrape(server)
         log_text = log.read_text(encoding="utf-8", errors="replace")
     finally:
         server.stop()
