@@ -161,8 +161,22 @@ def test_engines_keep_the_default_rules_and_add_only_their_fields(spec: Spec) ->
     assert thanos == default[path]
     assert mimir.pop("namespace") == f"slokit-{spec.service}"
     assert mimir == default[path]
-    # The predictive autoscaling signal is written for Prometheus only (slokit.generate._generators).
-    predictive = set(autoscale.files(spec))
+    # The predictive autoscaling signal: for Thanos and Mimir with their fields (Mimir's in a namespace of its own,
+    # so syncing the main file alone never removes it), no promtool test; none for vmalert (slokit.generate.autoscale).
+    predictive = autoscale.files(spec)
+    signal = autoscale.rules_path(spec)
+    assert signal in predictive
+    for engine in (Engine.THANOS, Engine.MIMIR):
+        written = generate_all([spec], engine)
+        assert list(written) == [p for p in generate_all([spec]) if not p.endswith(".test.yaml")]
+        assert written[signal] != generate_all([spec])[signal]
+    thanos_signal = autoscale.files(spec, Engine.THANOS)[signal]
+    assert [g.pop("partial_response_strategy") for g in thanos_signal["groups"]] == ["abort"]
+    assert thanos_signal == predictive[signal]
+    mimir_signal = autoscale.files(spec, Engine.MIMIR)[signal]
+    assert mimir_signal.pop("namespace") == f"slokit-{spec.service}-autoscale" != f"slokit-{spec.service}"
+    assert mimir_signal == predictive[signal]
+    assert autoscale.files(spec, Engine.VICTORIAMETRICS) == {}
     assert list(generate_all([spec], Engine.VICTORIAMETRICS)) == [
         p.replace(".prometheusrule.yaml", ".vmrule.yaml")
         for p in generate_all([spec])

@@ -35,15 +35,16 @@ class GenerateError(Exception):
     """Specs that cannot be generated together (e.g. two specs for the same service)."""
 
 
-def _generators(engine: Engine) -> tuple[Generator, ...]:
-    """The generators for an engine: its own rule files, and promtool tests only where promtool reads the rules."""
+def _generators(engine: Engine) -> tuple[tuple[Generator, Generator], ...]:
+    """The generators for an engine: its own rule files (the main ones and the autoscaling signal's), and promtool
+    tests only where promtool reads the rules; each beside the generator it stands for (named in progress lines)."""
+    own: dict[Generator, Generator] = {
+        rules.files: lambda spec: rules.files(spec, engine),
+        autoscale.files: lambda spec: autoscale.files(spec, engine),
+    }
     if engine is Engine.PROMETHEUS:
-        return GENERATORS
-    return tuple(
-        (lambda spec: rules.files(spec, engine)) if g is rules.files else g
-        for g in GENERATORS
-        if g not in (promtool_tests.files, counter_tests.files, autoscale.files)
-    )
+        return tuple((g, g) for g in GENERATORS)
+    return tuple((g, own.get(g, g)) for g in GENERATORS if g not in (promtool_tests.files, counter_tests.files))
 
 
 # Progress lines start once generation has taken this long: a small spec prints none, a fleet of hundreds of
@@ -70,7 +71,7 @@ def _part(generator: Generator) -> str:
     names = dict(zip(GENERATORS, ("rules and alerts", "promtool tests", "counters tests", "dashboards", "runbook",
                                   "Kubernetes objects", "Alertmanager routing", "predictive autoscaling"),
                      strict=True))  # fmt: skip
-    return names.get(generator, "rules and alerts")  # an engine's own rules.files (see _generators)
+    return names[generator]
 
 
 def generate_all(
@@ -91,8 +92,8 @@ def generate_all(
             )
         owners[spec.service] = spec.path
         spec_name = Path(spec.path).name if spec.path else spec.service
-        for generator in _generators(engine):
-            for relative, data in generator(spec).items():
+        for generator, run in _generators(engine):
+            for relative, data in run(spec).items():
                 if relative in data_by_path:
                     # Files every spec writes alike (Grafana provisioning) name no single spec.
                     if data_by_path[relative] != data:

@@ -15,6 +15,13 @@ scales up at once and down one pod a minute after five quiet minutes.
 
 Models the engine model cannot size (no planner preset or GPU, or objectives no batch meets) get no signal; the
 reactive HPA and ScaledObject from k8s.py remain theirs.
+
+Rule engines (`slokit generate --engine`): Thanos Ruler and Mimir's ruler evaluate a group's rules in order, as
+Prometheus does, so the signal is written for them with their own group fields (Mimir's file in its own namespace,
+so a `mimirtool rules sync` of the main file alone never removes it); promtool tests only for Prometheus, as for
+the main rules. vmalert gets none: it writes each record through remote write, so a rule never reads another's
+result of the same evaluation, and this chain of four records would act three evaluations (45 s) late; the reactive
+HPA and ScaledObject remain for it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from slokit.autoscale.hpa import DEFAULT_BEHAVIOR
 from slokit.autoscale.policies import SignalSettings
 from slokit.autoscale.sizing import model_capacity
 from slokit.generate import k8s
+from slokit.generate.engines import DEFAULT, Engine, group_fields, mimir_namespace
 from slokit.generate.model import RecordingRule, RuleGroup
 from slokit.generate.queries import Queries
 from slokit.spec import Model, Spec
@@ -108,9 +116,10 @@ def recording_rules(spec: Spec, sized: dict[str, float]) -> list[RecordingRule]:
     return rules
 
 
-def rule_group(spec: Spec, sized: dict[str, float]) -> RuleGroup:
-    """The group, evaluated every 15s (the ScaledObject polls as often)."""
-    return RuleGroup(f"slokit-{spec.service}-autoscale", INTERVAL, tuple(recording_rules(spec, sized)))
+def rule_group(spec: Spec, sized: dict[str, float], engine: Engine = DEFAULT) -> RuleGroup:
+    """The group, evaluated every 15s (the ScaledObject polls as often), with the engine's own group fields."""
+    return RuleGroup(f"slokit-{spec.service}-autoscale", INTERVAL, tuple(recording_rules(spec, sized)),
+                     group_fields(engine))  # fmt: skip
 
 
 def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
@@ -155,17 +164,29 @@ def rules_path(spec: Spec) -> str:
     return f"rules/{spec.service}.autoscale.rules.yaml"
 
 
-def files(spec: Spec) -> dict[str, Any]:
-    """The rule file, its promtool test and one ScaledObject per sized model (nothing when none is sized)."""
+def mimir_autoscale_namespace(service: str) -> str:
+    """The Mimir ruler namespace of the signal's rule file: its own, beside the main file's."""
+    return f"{mimir_namespace(service)}-autoscale"
+
+
+ENGINES: Final = (Engine.PROMETHEUS, Engine.THANOS, Engine.MIMIR)
+"""The rule engines the signal is written for (module docstring: vmalert would act three evaluations late)."""
+
+
+def files(spec: Spec, engine: Engine = DEFAULT) -> dict[str, Any]:
+    """The rule file, its promtool test (Prometheus only) and one ScaledObject per sized model (nothing when none
+    is sized, or for vmalert)."""
     sized = capacities(spec)
-    if not sized:
+    if not sized or engine not in ENGINES:
         return {}
     from slokit.generate.autoscale_tests import unit_tests
 
-    out: dict[str, Any] = {
-        rules_path(spec): {"groups": [rule_group(spec, sized).to_data()]},
-        f"rules/{spec.service}.autoscale.rules.test.yaml": unit_tests(spec, sized),
-    }
+    data: dict[str, Any] = {"groups": [rule_group(spec, sized, engine).to_data()]}
+    if engine is Engine.MIMIR:
+        data = {"namespace": mimir_autoscale_namespace(spec.service), **data}
+    out: dict[str, Any] = {rules_path(spec): data}
+    if engine is Engine.PROMETHEUS:
+        out[f"rules/{spec.service}.autoscale.rules.test.yaml"] = unit_tests(spec, sized)
     for model in spec.models:
         if model.name in sized:
             out[f"exporters/{k8s.deployment_name(spec, model)}-predictive-keda.yaml"] = scaled_object(spec, model)
