@@ -14,8 +14,11 @@ STAMP := $(VENV)/.slokit-installed
 demo: install system-deps
 	$(BIN)/slokit demo
 
-# Two pytest-xdist workers; every module that runs a vLLM engine stays on one (tests/conftest.py).
-test: install system-deps lint typecheck check-generated
+# Before the suite, side by side: Debian's packages install while pip installs the virtualenv, then the static
+# checks share the cores (mypy alone takes about a minute from a fresh clone). Then two pytest-xdist workers; every
+# module that runs a vLLM engine stays on one (tests/conftest.py).
+test:
+	$(MAKE) --no-print-directory -j4 --output-sync=target system-deps lint typecheck check-generated
 	$(BIN)/python -m pytest -n 2
 
 install: $(STAMP)
@@ -51,7 +54,7 @@ typecheck: install
 generate: install
 	$(BIN)/slokit generate examples/*.yaml -o .
 
-check-generated: install
+check-generated: install system-deps
 	$(BIN)/slokit generate examples/*.yaml -o . --check
 
 unit: install
