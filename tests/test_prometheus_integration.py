@@ -378,7 +378,8 @@ def test_recorded_values_match_python_on_real_prometheus(
 DAY = 1764560400  # 2025-12-01 03:40 UTC
 PINNED_ENDS = tuple(  # every minute of a 5m tile (0 to 4) once, at hours spread over a day (each end is a day's
     # backfill, 13 rule levels deep: about 30 s)
-    DAY + h * 3600 + m * 60 for h, m in ((0, 0), (1, 31), (7, 17), (15, 14), (23, 8))
+    DAY + h * 3600 + m * 60
+    for h, m in ((0, 0), (1, 31), (7, 17), (15, 14), (23, 8))
 )
 
 
