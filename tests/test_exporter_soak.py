@@ -16,16 +16,15 @@ from __future__ import annotations
 import http.client
 import json
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from slokit import schema
 from slokit.local.vllm_server import VllmServer
 from tests.memory_probe import PATH
+from tests.test_exporter_engine import scrape
 
 pytestmark = pytest.mark.vllm
 
@@ -91,14 +90,11 @@ def _request(server: VllmServer, header: str | bytes | None, abort: bool, n: int
 
 def _exported_labels(server: VllmServer) -> set[tuple[str, str]]:
     """The label values (but reasons and `le`) of every slokit series on the server's /metrics."""
-    with urllib.request.urlopen(server.metrics_url, timeout=30) as response:
-        text = response.read().decode()
     return {
         (k, v)
-        for family in text_string_to_metric_families(text)
-        if family.name.startswith("slokit_")
-        for sample in family.samples
-        for k, v in sample.labels.items()
+        for name, labels, _ in scrape(server)
+        if name.startswith("slokit_")
+        for k, v in labels.items()
         if k not in REASON_LABELS
     }
 
