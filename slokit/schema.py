@@ -311,8 +311,7 @@ RECORD_CONSISTENCY_LIMIT: Final = "slokit:latency_p99_over_p50:limit"  # the spe
 # A bucket boundary of a consistency SLO's histogram in seconds, per `le` spelling: the consistency bounds join
 # the recorded bucket shares with it, so one term covers every boundary of every class.
 RECORD_BUCKET_BOUND: Final = "slokit:latency_bucket:le_seconds"
-RECORD_MAX_NUM_SEQS: Final = "slokit:max_num_seqs"  # the engine's --max-num-seqs, per model
-RECORD_MODEL_INFO: Final = "slokit:model_info"  # 1 per model of the spec; `served` says whether a class uses it
+RECORD_MAX_NUM_SEQS: Final = "slokit:max_num_seqs"  # the engine's --max-num-seqs, one per model of the spec
 RULE_LABEL_LONG: Final = "long"  # a burn-rate tier's long window (`1h`), on its alerts and its factors
 RULE_LABEL_SHORT: Final = "short"  # its short window (`5m`)
-RULE_LABEL_SERVED: Final = "served"  # on slokit:model_info: "true" when some class with an SLO uses the model
+RULE_LABEL_SERVED: Final = "served"  # on slokit:max_num_seqs: "true" when some class with an SLO uses the model

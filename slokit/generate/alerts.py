@@ -740,7 +740,7 @@ def _absent_alerts(b: _Builder) -> None:
     models = served_models(spec)
     if not models:
         return
-    info = _recorded(spec, schema.RECORD_MODEL_INFO, [eq(schema.RULE_LABEL_SERVED, "true")])
+    info = _recorded(spec, schema.RECORD_MAX_NUM_SEQS, [eq(schema.RULE_LABEL_SERVED, "true")])
     expr = (
         f"group by ({schema.RULE_LABEL_SERVICE}, {schema.RULE_LABEL_MODEL}) ({info})\n"
         f"unless on ({schema.RULE_LABEL_MODEL})\n(\n{_presence(spec, models, '{}')}\n)"

@@ -33,6 +33,7 @@ from slokit.generate.promtool_tests import (
     _piecewise,
     _replica,
     record_windows,
+    rest_of_fleet,
     tested_of,
     timing_groups,
 )
@@ -286,10 +287,12 @@ def unit_tests(spec: Spec) -> dict[str, Any] | None:
         "rule_files": [rules_path(spec).removeprefix("rules/")],
         "evaluation_interval": f"{STEP_S}s",
         "group_eval_order": [g.name for g in rule_groups(spec)],
-        "tests": [
-            {"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests},
-            *timing_groups(spec, STEP_S),
-        ],
+        "tests": rest_of_fleet(spec)(
+            [
+                {"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests},
+                *timing_groups(spec, STEP_S),
+            ]
+        ),
     }
 
 

@@ -66,8 +66,10 @@ MEDIUM_INTERVAL: Final = 60.0
 LONG_INTERVAL: Final = 120.0
 
 SLO_LABELS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_MODEL, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
-# What a bucket boundary record is keyed by: its SLO (no model: every model of a class shares the histogram) and `le`.
-BOUND_LABELS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO, "le")
+# What a bucket boundary record is keyed by: `le` alone, as its seconds depend on nothing else.
+BOUND_LABELS: Final = (schema.RULE_LABEL_SERVICE, "le")
+# What a per-SLO parameter (a consistency limit) is keyed by: every model of a class shares it.
+SLO_LIMIT_LABELS: Final = (schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_CLASS, schema.RULE_LABEL_SLO)
 # An objective is per class and SLI; every model of the class reads the one series (the alerts' parameter join).
 ON_OBJECTIVE: Final = alerts.ON_PARAMS
 
@@ -482,13 +484,19 @@ def parameter_rules(spec: Spec) -> list[RecordingRule]:
     rules += [_constant(schema.RECORD_CONSISTENCY_LIMIT, labels, limit)
               for labels, limit in alerts.consistency_limits(spec)]  # fmt: skip
     rules += [_constant(schema.RECORD_BUCKET_BOUND, labels, bound) for labels, bound in bucket_bounds(spec)]
-    served = set(alerts.served_models(spec))
-    for model in spec.models:
-        labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_MODEL: model.name}
-        rules.append(_constant(schema.RECORD_MAX_NUM_SEQS, labels, model.max_num_seqs))
-        info = {**labels, schema.RULE_LABEL_SERVED: "true" if model.name in served else "false"}
-        rules.append(_constant(schema.RECORD_MODEL_INFO, info, 1))
+    rules += [_constant(schema.RECORD_MAX_NUM_SEQS, labels, seqs) for labels, seqs in model_facts(spec)]
     return rules
+
+
+def model_facts(spec: Spec) -> list[tuple[dict[str, str], int]]:
+    """Each model's one constant series: its --max-num-seqs, labelled `served` ("true" when a class uses it).
+
+    One series per model, not one per fact: every rule is a query on every evaluation, and these are the only
+    parameter rules whose count grows with the fleet."""
+    served = set(alerts.served_models(spec))
+    return [({schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_MODEL: model.name,
+              schema.RULE_LABEL_SERVED: "true" if model.name in served else "false"}, model.max_num_seqs)
+            for model in spec.models]  # fmt: skip
 
 
 # ==============================================================================================================
@@ -800,16 +808,18 @@ def consistency_slos(spec: Spec) -> list[tuple[RequestClass, Sli]]:
 
 
 def bucket_bounds(spec: Spec) -> list[tuple[dict[str, str], float]]:
-    """Every boundary of each consistency SLO's histogram as (labels, seconds), once per `le` spelling."""
-    out = []
+    """Every boundary of the consistency SLOs' histograms as (labels, seconds), once per `le` spelling.
+
+    An `le` value names the same number in every histogram, so the series are keyed by `le` alone: one per distinct
+    spelling however many classes share the buckets (they are constant rules, and each rule is a query on every
+    evaluation)."""
+    bounds: dict[str, float] = {}
     for rc, sli in consistency_slos(spec):
         hist = spec.histogram(rc, sli)
         for bound in spec.histogram_buckets(rc, sli):
             for spelling in promql.le_spellings(hist.le_for(bound)):
-                labels = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_CLASS: rc.name,
-                          schema.RULE_LABEL_SLO: sli.value, "le": spelling}  # fmt: skip
-                out.append((labels, bound))
-    return out
+                bounds.setdefault(spelling, bound)
+    return [({schema.RULE_LABEL_SERVICE: spec.service, "le": spelling}, bound) for spelling, bound in bounds.items()]
 
 
 def _consistency_rules(spec: Spec) -> list[RecordingRule]:
@@ -828,7 +838,7 @@ def _consistency_rules(spec: Spec) -> list[RecordingRule]:
     limit = selector(schema.RECORD_CONSISTENCY_LIMIT, [_service(spec)])
     ratio = (
         f"max without (quantile) ({p99}) / max without (quantile) ({p50} > 0)\n"
-        f"and on ({', '.join(BOUND_LABELS[:-1])}) {limit}"
+        f"and on ({', '.join(SLO_LIMIT_LABELS)}) {limit}"
     )
     guard = alerts.traffic_guard(spec, matchers)
     lower = f"{_edge(spec, 0.99, upper=False)}\n/ {on}\n{_edge(spec, 0.5, upper=True)}\nand {on}\n{guard}"
