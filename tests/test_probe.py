@@ -222,10 +222,15 @@ def test_open_loop_rate_level_is_bounded_by_duration(emulator: str) -> None:
     assert [r.t_sched for r in sent] == sorted(r.t_sched for r in sent)
 
 
-def test_cli_json_and_output_files(emulator: str, spec_path: Path, tmp_path: Path) -> None:
+def test_cli_json_and_output_files(emulator: str, tmp_path: Path) -> None:
+    # Objectives no busy machine misses (the emulator answers in 20 ms): the level must pass, so the passing
+    # fields are the ones checked; the 60 ms objectives of SPEC are for the search, which retries its levels.
+    loose = tmp_path / "loose.yaml"
+    loose.write_text(SPEC.replace("threshold: 60ms", "threshold: 5s").replace("p95: 60ms", "p95: 5s")
+                     .replace("threshold: 40ms", "threshold: 5s"), encoding="utf-8")  # fmt: skip
     out = tmp_path / "probe"
     argv = [
-        "probe", emulator, "--model", "emulator", "--spec", str(spec_path), "--class", "chat",
+        "probe", emulator, "--model", "emulator", "--spec", str(loose), "--class", "chat",
         "-c", "2", "-n", "8", "--warmup", "2", "--json", "-o", str(out),
     ]  # fmt: skip
     result = CliRunner().invoke(app, argv)

@@ -1355,33 +1355,93 @@ def _boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         mine = [x for x in models if x.rule.model == model and x.rule.request_class == rc.name and x.rule.sli is sli]
         per_slo[(model, rc.name, sli)] = _profiles_for_slo(spec, mine, spec.histogram_buckets(rc, sli))
     names = sorted({n for p in per_slo.values() for n in p}, key=lambda n: (n.startswith("min"), n))
+    families: dict[str, list[str]] = {}
+    for name in names:  # "3d/6h long under", "3d/6h over", ...: one family per window pair (or guard)
+        families.setdefault(name.split(" ", 1)[0], []).append(name)
     groups = []
-    for name in names:
-        lines: dict[tuple[str, str, Sli], _Timeline] = {}
-        inputs: list[dict[str, str]] = []
-        length = max(sum(s[0] for s in p[name]) for p in per_slo.values() if name in p)
-        seen: set[tuple[str, str]] = set()
-        having = [(rc, sli, m) for rc, sli, m in slos if name in per_slo[(m, rc.name, sli)]]
-        for rc, sli, model in representative(having) if length > LONG_SCENARIO_MINUTES else having:
-            segs = list(per_slo[(model, rc.name, sli)].get(name, []))
-            if not segs:
-                continue
-            pad = length - sum(s[0] for s in segs)
-            if pad > 0:
-                segs.append((pad, segs[-1][1], segs[-1][2]))
-            bounds = spec.histogram_buckets(rc, sli)
-            line = _Timeline(bounds, segs)
-            lines[(model, rc.name, sli)] = line
-            inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
-                                  _le_writer(spec, rc, sli))  # fmt: skip
-            if (model, rc.name) not in seen:
-                seen.add((model, rc.name))
-                inputs.append(_requests_input(spec, model, rc, segs[0][2], length))
-        checks = _state_checks(models, lines)
-        if checks:
-            groups.append({"name": f"boundaries: {name}", "interval": "1m", "input_series": inputs,
-                           "promql_expr_test": checks})  # fmt: skip
+    for family, profiles in families.items():
+        having = [(rc, sli, m) for rc, sli, m in slos if any(n in per_slo[(m, rc.name, sli)] for n in profiles)]
+        longest = max(sum(s[0] for s in p[n]) for p in per_slo.values() for n in profiles if n in p)
+        keys = representative(having) if longest > LONG_SCENARIO_MINUTES else having
+        for chosen in _profile_rounds(keys, profiles, per_slo):
+            group = _boundary_group(spec, models, family, chosen, per_slo)
+            if group is not None:
+                groups.append(group)
     return groups
+
+
+def _profile_rounds(
+    keys: Sequence[SloKey], profiles: Sequence[str], per_slo: Mapping[tuple[str, str, Sli], Mapping[str, Any]]
+) -> list[list[tuple[SloKey, str]]]:
+    """The scenarios of one family of profiles (a window pair's "long under", "over" and "short under"): its
+    profiles run side by side on different SLOs instead of one scenario each.
+
+    Each class and SLI sees the "over" profile (a factor or bucket raised fails it) and one of the others (a factor
+    lowered fails those): with two tested models, one takes each in one scenario; with one, a second scenario
+    gives it the other. The other profiles rotate over the classes, and more scenarios follow only until every
+    profile has run somewhere. The rules are written once for the fleet and every scenario still holds two models
+    and two classes, so a term that mixes SLOs mixes different profiles and fails; each scenario costs its length in
+    evaluations of every rule, which is most of the tests' time."""
+    by_slo: dict[tuple[str, Sli], list[SloKey]] = {}
+    for key in keys:
+        by_slo.setdefault((key[0].name, key[1]), []).append(key)
+    orders = []
+    for g, members in enumerate(by_slo.values()):
+        rc, sli, model = members[0]
+        options = [n for n in profiles if n in per_slo[(model, rc.name, sli)]]
+        over = [n for n in options if n.endswith(" over")][:1]
+        rest = [n for n in options if n not in over]
+        orders.append((members, over + (rest[g % len(rest) :] + rest[: g % len(rest)] if rest else [])))
+    rounds: list[list[tuple[SloKey, str]]] = []
+    covered: set[str] = set()
+    for turn in range(max((len(order) for _, order in orders), default=0)):
+        wanted = any(turn * len(members) < min(2, len(order)) for members, order in orders)
+        if not wanted and covered >= set(profiles):
+            break
+        chosen = []
+        for members, order in orders:
+            for j, (rc, sli, model) in enumerate(members):
+                name = order[(turn * len(members) + j) % len(order)] if order else None
+                if name is not None and name in per_slo[(model, rc.name, sli)]:
+                    chosen.append(((rc, sli, model), name))
+        if chosen:
+            covered |= {n for _, n in chosen}
+            rounds.append(chosen)
+    return rounds
+
+
+def _boundary_group(
+    spec: Spec, models: Sequence[_Model], family: str, chosen: Sequence[tuple[SloKey, str]],
+    per_slo: Mapping[tuple[str, str, Sli], Mapping[str, list[Segment]]],
+) -> dict[str, Any] | None:  # fmt: skip
+    """One scenario: each chosen SLO on its own profile, the shorter ones held at their last segment to the end."""
+    length = max(sum(s[0] for s in per_slo[(m, rc.name, sli)][n]) for (rc, sli, m), n in chosen)
+    lines: dict[tuple[str, str, Sli], _Timeline] = {}
+    inputs: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for (rc, sli, model), name in chosen:
+        segs = list(per_slo[(model, rc.name, sli)][name])
+        if not segs:
+            continue
+        pad = length - sum(s[0] for s in segs)
+        if pad > 0:
+            segs.append((pad, segs[-1][1], segs[-1][2]))
+        bounds = spec.histogram_buckets(rc, sli)
+        line = _Timeline(bounds, segs)
+        lines[(model, rc.name, sli)] = line
+        inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
+                              _le_writer(spec, rc, sli))  # fmt: skip
+        if (model, rc.name) not in seen:
+            seen.add((model, rc.name))
+            inputs.append(_requests_input(spec, model, rc, segs[0][2], length))
+    checks = _state_checks(models, lines)
+    if not checks:
+        return None
+    sides = [n.removeprefix(family).strip() for n in dict.fromkeys(n for _, n in chosen)]
+    name = f"boundaries: {family} {', '.join(sides)}"
+    if len(sides) > 1:
+        name += " (one per SLO, in turn)"
+    return {"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": checks}
 
 
 def _keep_seconds(rule: AlertRule) -> int:
