@@ -650,6 +650,13 @@ def _absent_labels(spec: Spec, model: str) -> dict[str, str]:
     return {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_MODEL: model}
 
 
+def _presence_series(spec: Spec, model: str) -> str:
+    """One replica's series of the kind the absent alert looks for (alerts.absent_series), for `model`."""
+    metric, matchers = alerts_mod.absent_series(spec, model)
+    labels = {**satisfying_labels(matchers), **_replica(spec, REPLICA, model), "engine": ENGINE}
+    return selector(metric, [(k, "=", v) for k, v in labels.items()])
+
+
 def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Every served model's latency series missing, present, present at zero traffic. The absent rule asks about
     every model the spec names (slokit:max_num_seqs), so these scenarios hold one `_count` series per model, not
@@ -667,9 +674,7 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     present = []
     idle = []
     for rule in rules:
-        metric, matchers = alerts_mod.absent_series(spec, rule.model or "")
-        labels = {**satisfying_labels(matchers), **_replica(spec, REPLICA, rule.model), "engine": ENGINE}
-        series = selector(metric, [(k, "=", v) for k, v in labels.items()])
+        series = _presence_series(spec, rule.model or "")
         present.append({"series": series, "values": _series_values(RPM, minutes)})
         idle.append({"series": series, "values": _series_values(0, minutes)})
     end = minutes * 60 - 120
@@ -954,13 +959,7 @@ def rest_of_fleet(spec: Spec) -> Callable[[list[dict[str, Any]]], list[dict[str,
     (a third of the time on a 100-model spec). The absent and exporter-gone scenarios, which are about presence,
     are left as they are."""
     tested = set(tested_models(spec))
-    series = []
-    for model in alerts_mod.served_models(spec):
-        if model in tested:
-            continue
-        metric, matchers = alerts_mod.absent_series(spec, model)
-        labels = {**satisfying_labels(matchers), **_replica(spec, REPLICA, model), "engine": ENGINE}
-        series.append(selector(metric, [(k, "=", v) for k, v in labels.items()]))
+    series = [_presence_series(spec, model) for model in alerts_mod.served_models(spec) if model not in tested]
 
     def add(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not series:
