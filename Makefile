@@ -64,7 +64,7 @@ unit: install
 # hashes); tests/test_bench_results.py fails when a README or docs figure is not in them or they are stale.
 # `make bench-NAME` runs one (e.g. `make bench-rule_cost`); BENCH_ARGS passes options to each.
 # rule_cost_realistic is bench/rule_cost.py --realistic.
-BENCHES := exporter_overhead probe_accuracy rule_cost rule_cost_realistic soak fleet fuzz
+BENCHES := exporter_overhead probe_accuracy rule_cost rule_cost_realistic soak fleet fuzz autoscale
 
 bench: install system-deps
 	@failed=""; for b in $(BENCHES); do \

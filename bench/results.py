@@ -53,6 +53,15 @@ SOURCES: Mapping[str, tuple[str, ...]] = {
     "rule_cost": ("bench/rule_cost.py", "slokit/generate/*.py", "slokit/promql.py", "slokit/schema.py"),
     "rule_cost_realistic": ("bench/rule_cost.py", "slokit/generate/*.py", "slokit/promql.py", "slokit/schema.py"),
     "fleet": ("bench/fleet.py", "slokit/fleet.py", "slokit/generate/**/*.py", "slokit/schema.py"),
+    "autoscale": (
+        "bench/autoscale.py",
+        "slokit/autoscale/*.py",
+        "slokit/generate/autoscale.py",
+        "slokit/generate/k8s.py",
+        "slokit/backtest/simulate.py",
+        "examples/assistant.yaml",
+        "examples/summarize.yaml",
+    ),
     "fuzz": ("bench/fuzz.py", "slokit/spec/*.py", "slokit/exporters/classes.py", "slokit/exporters/webconfig.py"),
 }
 MARKER = re.compile(r"<!--\s*bench\s+(?P<name>[a-z_]+)\s*:(?P<body>[^>]*?)-->")

@@ -59,6 +59,40 @@ def test_ramp_replay_writes_every_policy_and_slokit_meets_the_bar(tmp_path: Path
     assert "| slokit |" in (tmp_path / "o" / "autoscale.md").read_text()
 
 
+def test_a_missed_burst_raises_the_headroom_for_the_next_one() -> None:
+    """The same sudden doubling twice, two hours apart: before the second the predictive policy runs more engines
+    than before the first (the miss raised its headroom), and the second burst costs fewer requests."""
+    spec = load_spec(str(SUMMARIZE))
+    burst = {0: 4.0, 1200: 4.0, 1260: 8.0, 2400: 8.0, 2460: 4.0, 9600: 4.0, 9660: 8.0, 10800: 8.0, 10860: 4.0,
+             12000: 4.0}  # fmt: skip
+    traffic = shaped(spec, "qwen2-72b", burst, start=1_767_225_600)
+    tick = 5.0
+    line = run_model(spec, traffic, spec.models[0], ["slokit"], Config(tick=tick)).timelines["slokit"]
+
+    def at(seconds: float) -> int:
+        return line.provisioned[round(seconds / tick)]
+
+    def lost(start: float, end: float) -> float:
+        span = slice(round(start / tick), round(end / tick))
+        return sum(sum(line.total[c][span]) - sum(line.within_all[c][span]) for c in line.total)
+
+    assert at(9500) > at(1100)  # the same 4 req/s, before each burst
+    assert lost(9600, 10900) < 0.5 * lost(1200, 2500)
+
+
+def test_a_miss_is_counted_beyond_noise_and_above_half_an_engine() -> None:
+    from slokit.autoscale.policies import SignalSettings, headroom_of, miss
+
+    s = SignalSettings(capacity=10.0)
+    # 4 standard deviations of two 1m rates at 20 req/s: 4 x sqrt(2 x 20 / 60) = 3.27 req/s.
+    assert miss(s, 20.0, 20.0) == pytest.approx((20 - 4 * math.sqrt(40 / 60)) / 20)
+    assert miss(s, 23.0, 20.0) < 1  # 15% over the forecast is within noise at this rate
+    assert miss(s, 40.0, 20.0) > 1.8  # a doubling is not
+    assert miss(s, 40.0, 4.9) is None  # a forecast under half an engine's load is not judged
+    assert headroom_of(s, 0.0) == s.headroom and headroom_of(s, 1.6) == pytest.approx(0.6)
+    assert headroom_of(s, 5.0) == s.max_headroom
+
+
 def test_unknown_policy_is_refused_with_the_valid_names(tmp_path: Path) -> None:
     traffic = _ramp_file(tmp_path, SUMMARIZE, "qwen2-72b")
     argv = ["autoscale", str(SUMMARIZE), "--traffic", str(traffic), "--policy", "hpa", "-o", str(tmp_path / "o")]
@@ -223,8 +257,8 @@ def engine_predict(engine: EngineModel, work: Workload, users: int) -> dict[str,
 def test_generated_signal_passes_its_promtool_test_and_a_broken_one_fails(
     spec_path: Path, tmp_path: Path, promtool_path: str
 ) -> None:
-    """The committed predictive rules, with their promtool test; then the headroom changed in the rule file (the
-    replay's `signal` unchanged) must fail that test."""
+    """The committed predictive rules, with their promtool test; then the default headroom, or the noise a forecast
+    miss must exceed, changed in the rule file (the replay's `signal` unchanged) must fail that test."""
     from slokit.local.prometheus import run_rule_tests
 
     spec = load_spec(str(spec_path))
@@ -234,7 +268,8 @@ def test_generated_signal_passes_its_promtool_test_and_a_broken_one_fails(
     assert tested.ok, tested.output[-4000:]
     rules = tmp_path / f"{spec.service}.autoscale.rules.yaml"
     text = rules.read_text()
-    assert text.count(" * 1.25 + on ") == 1
-    rules.write_text(text.replace(" * 1.25 + on ", " * 1.3 + on "))
-    broken = run_rule_tests([tmp_path / f"{spec.service}.autoscale.rules.test.yaml"])
-    assert not broken.ok
+    for before, after in ((" - 1, 0.25, 1)", " - 1, 0.3, 1)"), (" - 4 * sqrt(", " - 3 * sqrt(")):
+        assert text.count(before) == 1, before
+        rules.write_text(text.replace(before, after))
+        broken = run_rule_tests([tmp_path / f"{spec.service}.autoscale.rules.test.yaml"])
+        assert not broken.ok, after

@@ -148,6 +148,67 @@ def test_every_example_generates_the_deployment_side(objects: dict[str, Any], sp
     assert sum(d["kind"] == "ScaledObject" for d in objects.values()) == 2 * len(per_model)
 
 
+ENGINE_SPECS = ROOT / "tests" / "data" / "engines"
+SOURCE_SPECS = {
+    "slokit": ROOT / "examples" / "assistant.yaml",
+    "vllm": ROOT / "examples" / "assistant-vllm.yaml",
+    "tgi": ENGINE_SPECS / "tgi-source.yaml",
+    **{name: ENGINE_SPECS / f"{name}.yaml" for name in ("sglang", "trtllm", "dynamo", "llm-d", "otel-genai")},
+}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCE_SPECS))
+def test_only_vllm_is_deployed_and_other_engines_are_watched_where_they_run(source: str) -> None:
+    """vLLM (its own metrics or slokit's plugin) gets its Deployment, Service and GPU sidecar; any other engine or
+    gateway runs from its own chart, so slokit writes no Deployment for it (one running `vllm serve` would be
+    wrong), scrapes its own metrics port and path, and tells each autoscaler which Deployment to aim at."""
+    spec = load_spec(str(SOURCE_SPECS[source]))
+    assert spec.source.name == source
+    objects = generated([spec])
+    kinds = [data["kind"] for data in objects.values()]
+    deploys = spec.source.deploys_engine
+    assert deploys == (source in ("slokit", "vllm"))
+    assert ("Deployment" in kinds) == deploys and ("Service" in kinds) == deploys
+    monitors = [data for data in objects.values() if data["kind"] == "PodMonitor"]
+    assert bool(monitors) == spec.source.scraped == (source != "otel-genai")
+    for monitor in monitors:
+        assert validate_custom(monitor) == []
+        labels = monitor["spec"]["selector"]["matchLabels"]
+        endpoints = monitor["spec"]["podMetricsEndpoints"]
+        if deploys:
+            assert labels["app.kubernetes.io/component"] == "server"
+            assert [e["port"] for e in endpoints] == [k8s.VLLM_PORT_NAME, k8s.GPU_PORT_NAME]
+        else:
+            assert labels["app.kubernetes.io/component"] == spec.source.pod_component
+            assert [(e["port"], e["path"]) for e in endpoints] == [(spec.source.metrics_port, spec.source.metrics_path)]
+    scalers = [data for data in objects.values() if data["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")]
+    assert bool(scalers) == any(k8s.has_scale_out_signal(spec, model) for model in spec.models)
+    for scaler in scalers:
+        note = scaler["metadata"]["annotations"][f"{k8s.DOMAIN}/note"]
+        assert ("scaleTargetRef.name" in note) == (not deploys), note
+    if source == "trtllm":
+        assert monitors[0]["spec"]["podMetricsEndpoints"][0]["path"] == "/prometheus/metrics"
+    if source == "llm-d":
+        assert "not the endpoint picker" in scalers[0]["metadata"]["annotations"][f"{k8s.DOMAIN}/note"]
+
+
+def test_kubernetes_doc_has_a_row_for_every_engine_slokit_does_not_deploy() -> None:
+    from slokit import sources
+
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    rows = [line for line in text.split("## Engines slokit does not deploy")[1].splitlines() if line.startswith("| `")]
+    for source in sources.all_sources():
+        row = next((r for r in rows if r.startswith(f"| `{source.name}`")), None)
+        assert (row is None) == source.deploys_engine, source.name
+        if row is None:
+            continue
+        if source.scraped:
+            for value in (source.pod_component, source.metrics_port, source.metrics_path):
+                assert f"`{value}`" in row, (source.name, value)
+        else:
+            assert "no PodMonitor" in row, source.name
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_core_objects_pass_the_strict_kubernetes_schemas(objects: dict[str, Any], version: str) -> None:
     checked = 0

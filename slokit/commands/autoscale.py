@@ -45,8 +45,9 @@ def autoscale(
         float,
         typer.Option(
             "--headroom",
-            help="The slokit policy's spare capacity over its forecast (0.25: a quarter; the generated rules use "
-            "0.25). 1.0 absorbs a sudden doubling while pods start.",
+            help="The slokit policy's spare capacity over its forecast while it has missed no burst (0.25: a "
+            "quarter, as the generated rules). A miss raises it for a day, up to 1.0 (a doubling absorbed while "
+            "pods start).",
             min=0,
             max=4,
         ),

@@ -5,13 +5,16 @@ promtool test of the signal.
 live series exactly as the replay's `slokit` policy computes it (slokit/autoscale/policies.py `signal`):
 
     forecast = max(R + max(0, deriv(R[5m])) x horizon, R offset (1d - horizon) x clamp(R / R offset 1d, 0.5, 2))
-    desired  = max((forecast x (1 + headroom) + waiting / drain) / capacity, current + 1 while burning, 1)
+    miss     = (R - sigmas x sqrt(2 F / 60)) / F, F = forecast offset horizon, where F >= miss_floor x capacity
+    headroom = clamp(max_over_time(miss[1d]) - 1, default headroom, max_headroom)
+    desired  = max((max(forecast x (1 + headroom), forecast + spare x capacity) + waiting / drain) / capacity,
+                   current + 1 while burning, 1)
 
 with R the model's finished-request rate over 1m, `waiting` its engines' queues, `capacity` the requests/s one
 engine carries within the objectives (the engine model at the roofline, recorded per model as a fact), `current`
 its engines and "burning" the reactive scale-out ratio at or over `fraction_of_slo`. The ScaledObject reads it as
 an AverageValue of 1 per replica, so the HPA KEDA creates runs ceil(desired) replicas, with a `behavior` that
-scales up at once and down one pod a minute after five quiet minutes.
+scales up at once and down one pod per 30 s after three quiet minutes.
 
 Models the engine model cannot size (no planner preset or GPU, or objectives no batch meets) get no signal; the
 reactive HPA and ScaledObject from k8s.py remain theirs.
@@ -20,8 +23,8 @@ Rule engines (`slokit generate --engine`): Thanos Ruler and Mimir's ruler evalua
 Prometheus does, so the signal is written for them with their own group fields (Mimir's file in its own namespace,
 so a `mimirtool rules sync` of the main file alone never removes it); promtool tests only for Prometheus, as for
 the main rules. vmalert gets none: it writes each record through remote write, so a rule never reads another's
-result of the same evaluation, and this chain of four records would act three evaluations (45 s) late; the reactive
-HPA and ScaledObject remain for it.
+result of the same evaluation, and this chain of records, five deep, would act four evaluations (60 s) late; the
+reactive HPA and ScaledObject remain for it.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ from typing import Any, Final
 from slokit import promql, schema
 from slokit.autoscale.engine import EngineModelError, from_plan
 from slokit.autoscale.hpa import DEFAULT_BEHAVIOR
-from slokit.autoscale.policies import SignalSettings
+from slokit.autoscale.policies import RATE_WINDOW, SignalSettings
 from slokit.autoscale.sizing import model_capacity
 from slokit.generate import k8s
 from slokit.generate.engines import DEFAULT, Engine, group_fields, mimir_namespace
 from slokit.generate.model import RecordingRule, RuleGroup
 from slokit.generate.queries import Queries
 from slokit.spec import Model, Spec
+from slokit.units import prom_duration
 
 INTERVAL: Final = "15s"
 CAPACITY_DIGITS: Final = 6
@@ -103,9 +107,24 @@ def recording_rules(spec: Spec, sized: dict[str, float]) -> list[RecordingRule]:
     same = f"({rate} offset {_minutes(86400 - s.horizon)} * clamp({rate} / ({rate} offset 1d > 0), 0.5, 2))"
     rules.append(RecordingRule(schema.RECORD_AUTOSCALE_FORECAST, f"({trend} >= {same})\nor {same}\nor {trend}"))
     forecast = q.recorded(schema.RECORD_AUTOSCALE_FORECAST)
-    waiting = f"(sum by {keys} ({q.recorded(schema.RECORD_QUEUE_WAITING)}) or {rate} * 0)"
     capacity = q.recorded(schema.RECORD_AUTOSCALE_CAPACITY)
-    needed = f"({forecast} * {1 + s.headroom:g} + on {keys} {waiting} / {s.drain:g})\n/ on {keys} {capacity}"
+    # The load now over the forecast made `horizon` ago, less Poisson noise, where that forecast was at least
+    # `miss_floor` engines' load (policies.miss).
+    then = f"({forecast} offset {_minutes(s.horizon)} >= on {keys} ({capacity} * {s.miss_floor:g}))"
+    noise = f"{s.miss_sigmas:g} * sqrt({then} / {RATE_WINDOW / 2:g})"
+    rules.append(RecordingRule(schema.RECORD_AUTOSCALE_MISS, f"({rate} - {noise})\n/ on {keys} {then}"))
+    # The headroom: the largest miss of the last day less one, between the default and the most (policies.headroom_of).
+    worst = f"max_over_time({q.recorded(schema.RECORD_AUTOSCALE_MISS)}[{prom_duration(s.miss_window)}])"
+    headroom = f"clamp({worst} - 1, {s.headroom:g}, {s.max_headroom:g})\nor {rate} * 0 + {s.headroom:g}"
+    rules.append(RecordingRule(schema.RECORD_AUTOSCALE_HEADROOM, headroom))
+    with_headroom = f"{forecast} * on {keys} (1 + {q.recorded(schema.RECORD_AUTOSCALE_HEADROOM)})"
+    spare = capacity if s.spare == 1 else f"{capacity} * {s.spare:g}"
+    spared = f"{forecast} + on {keys} {spare}"
+    waiting = f"(sum by {keys} ({q.recorded(schema.RECORD_QUEUE_WAITING)}) or {rate} * 0)"
+    needed = (
+        f"(\n  (({with_headroom} >= on {keys} ({spared})) or ({spared}))\n"
+        f"  + on {keys} {waiting} / {s.drain:g}\n)\n/ on {keys} {capacity}"
+    )
     rules.append(RecordingRule(schema.RECORD_AUTOSCALE_NEEDED, needed))
     current = f"count by {keys} ({q.recorded(schema.RECORD_QUEUE_RUNNING)})"
     burning = f"max by {keys} ({q.recorded(schema.RECORD_SCALE_OUT)}) >= {spec.alerting.scale_out.fraction_of_slo:g}"
@@ -135,6 +154,7 @@ def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
             "annotations": {
                 f"{k8s.DOMAIN}/note": "slokit's predictive policy (docs/autoscale.md). Apply this or the reactive "
                 "HPA/ScaledObject for the same Deployment, never two: each creates an HPA and they would fight."
+                + k8s.target_note(spec)
             },
         },
         "spec": {
@@ -170,7 +190,7 @@ def mimir_autoscale_namespace(service: str) -> str:
 
 
 ENGINES: Final = (Engine.PROMETHEUS, Engine.THANOS, Engine.MIMIR)
-"""The rule engines the signal is written for (module docstring: vmalert would act three evaluations late)."""
+"""The rule engines the signal is written for (module docstring: vmalert would act four evaluations late)."""
 
 
 def files(spec: Spec, engine: Engine = DEFAULT) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """promtool tests of the predictive signal: the recorded desired replicas equal what the replay's `signal` function
-computes from the same inputs, in three cases (steady load with a queue, the burn floor, the same hour yesterday).
+computes from the same inputs, in four cases (steady load with a queue, the burn floor, the same hour yesterday
+with the spare engine, a burst the forecast missed raising the headroom).
 
 The test loads the autoscale rule file alone and feeds the series it reads from the main rules (queues, running
 engines, the scale-out ratio) as inputs, so it checks the signal's own arithmetic and joins.
@@ -7,10 +8,11 @@ engines, the scale-out ratio) as inputs, so it checks the signal's own arithmeti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final
 
 from slokit import schema
-from slokit.autoscale.policies import SignalSettings, signal
+from slokit.autoscale.policies import miss, signal
 from slokit.generate.autoscale import CAPACITY_DIGITS, SETTINGS
 from slokit.spec import Spec
 
@@ -64,13 +66,13 @@ def unit_tests(spec: Spec, sized: dict[str, float]) -> dict[str, Any]:
 
     model = next(iter(sized))
     cap = round(sized[model], CAPACITY_DIGITS)  # as recorded
-    settings = SignalSettings(cap, SETTINGS.headroom, SETTINGS.horizon, SETTINGS.trend_window,
-                              SETTINGS.drain, spec.alerting.scale_out.fraction_of_slo)  # fmt: skip
+    settings = replace(SETTINGS, capacity=cap, fraction=spec.alerting.scale_out.fraction_of_slo)
     tests: list[dict[str, Any]] = []
-    # 1. Steady 2 * capacity req/s with 30 requests queued: the forecast at headroom plus the queue's drain.
+    # 1. Steady 8 * capacity req/s with 30 requests queued: the forecast at headroom (more than one spare engine
+    # at this load) plus the queue's drain.
     minutes = 10
     n = minutes * 60 // STEP
-    rate = 2 * cap
+    rate = 8 * cap
     tests.append(
         {
             "interval": f"{STEP}s",
@@ -96,14 +98,44 @@ def unit_tests(spec: Spec, sized: dict[str, float]) -> dict[str, Any]:
             "promql_expr_test": [_expect(spec, model, signal(settings, trickle, 0.0, None, 0, burn, 3), f"{minutes}m")],
         }
     )
-    # 3. The same hour yesterday: cap req/s now (1d + 10m) and a day ago, 3 x cap two minutes later yesterday.
+    # 3. The same hour yesterday: cap req/s now (1d + 10m) and a day ago, 3 x cap two minutes later yesterday. That
+    # step, a day ago, was also a miss (3 x the forecast): still within the day, it sets the headroom (at its most).
     day = 86400 // STEP
     early, busy = 40, 12  # 10 minutes at cap, 3 minutes at 3 x cap, then cap for the rest of the day
     tests.append(
         {
             "interval": f"{STEP}s",
             "input_series": [_counter(spec, model, [(cap, early), (3 * cap, busy), (cap, day + 40 - early - busy)])],
-            "promql_expr_test": [_expect(spec, model, signal(settings, cap, 0.0, 3 * cap, 0, 0.0, 1), "1450m")],
+            "promql_expr_test": [
+                _expect(
+                    spec,
+                    model,
+                    signal(settings, cap, 0.0, 3 * cap, 0, 0.0, 1, miss(settings, 3 * cap, cap) or 0),
+                    "1450m",
+                )
+            ],
+        }
+    )
+    # 4. A burst: 4 x cap for 10 minutes, then 8 x cap. Three minutes after the step the load is twice the forecast
+    # made before it; 20 minutes later the trend is flat again, and that miss still sets the headroom.
+    step, total = 40, 120
+    worst = miss(settings, 8 * cap, 4 * cap)
+    assert worst is not None and worst - 1 > settings.headroom
+    tests.append(
+        {
+            "interval": f"{STEP}s",
+            "input_series": [_counter(spec, model, [(4 * cap, step), (8 * cap, total - step)])],
+            "promql_expr_test": [
+                _expect(spec, model, signal(settings, 8 * cap, 0.0, None, 0, 0.0, 1, worst), f"{total * STEP // 60}m")
+            ],
+        }
+    )
+    # 5. Steady 2 x cap: a quarter more is less than one engine, so one spare engine it is.
+    tests.append(
+        {
+            "interval": f"{STEP}s",
+            "input_series": [_counter(spec, model, [(2 * cap, n)])],
+            "promql_expr_test": [_expect(spec, model, signal(settings, 2 * cap, 0.0, None, 0, 0.0, 1), f"{minutes}m")],
         }
     )
     return {

@@ -7,6 +7,12 @@ metric. Per model: a Deployment (vLLM plus the NVML sidecar), a Service, and two
 the scale-out signal, an HPA on the external metric and a KEDA ScaledObject with a Prometheus trigger. Apply one
 autoscaler per Deployment, never both: KEDA creates its own HPA and the two would fight.
 
+Only vLLM is deployed (`source: vllm` or `slokit`): for any other engine or gateway (SGLang, TGI, TensorRT-LLM,
+Dynamo, llm-d) the pods are the user's, so there is no Deployment, Service or GPU sidecar; the PodMonitor scrapes
+the source's own metrics port and path on pods labelled `app.kubernetes.io/part-of: <service>` and
+`app.kubernetes.io/component: <the source's component>`, and the autoscalers say which Deployment to aim at. A
+source whose series are pushed over OTLP (`otel-genai`) gets no PodMonitor.
+
 Everything site-specific (images, namespace, Prometheus address, model storage, replica bounds) gets a plain
 default that kustomize overlays replace; docs/kubernetes.md says which field is which.
 
@@ -205,7 +211,8 @@ def scrape_relabelings(selector: Mapping[str, str]) -> list[dict[str, Any]]:
 
 
 def pod_monitor(spec: Spec, group: ScrapeGroup | None = None) -> dict[str, Any]:
-    """A PodMonitor for both ports of a group of models' pods: vLLM's /metrics and the GPU sidecar's.
+    """A PodMonitor for both ports of a group of models' pods: vLLM's /metrics and the GPU sidecar's (for an engine
+    slokit does not deploy, the source's metrics port and path on the pods labelled with its component).
 
     A PodMonitor rather than a ServiceMonitor: the sidecar port needs no Service, and a ServiceMonitor would add
     a `service` target label that collides with the `service` label slokit's rules write. prometheus-operator would
@@ -223,10 +230,11 @@ def pod_monitor(spec: Spec, group: ScrapeGroup | None = None) -> dict[str, Any]:
             out["relabelings"] = relabelings
         return out
 
+    source = spec.source
     selector: dict[str, Any] = {
         "matchLabels": {
             "app.kubernetes.io/part-of": object_name(spec.service),
-            "app.kubernetes.io/component": "server",
+            "app.kubernetes.io/component": "server" if source.deploys_engine else source.pod_component,
         }
     }
     if len(groups) > 1:
@@ -240,10 +248,13 @@ def pod_monitor(spec: Spec, group: ScrapeGroup | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"selector": selector}
     if chosen.namespace is not None:
         body["namespaceSelector"] = {"matchNames": [chosen.namespace]}
-    body["podMetricsEndpoints"] = [
-        endpoint(VLLM_PORT_NAME),
-        {**endpoint(GPU_PORT_NAME), **gpu_scrape_settings(spec)},
-    ]
+    if source.deploys_engine:
+        body["podMetricsEndpoints"] = [
+            endpoint(VLLM_PORT_NAME),
+            {**endpoint(GPU_PORT_NAME), **gpu_scrape_settings(spec)},
+        ]
+    else:  # the user's pods: the source's metrics port only (no GPU sidecar runs there)
+        body["podMetricsEndpoints"] = [{**endpoint(source.metrics_port), "path": source.metrics_path}]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
@@ -551,6 +562,20 @@ _ONE_OF: Final = (
 )
 
 
+def target_note(spec: Spec) -> str:
+    """For an engine slokit does not deploy, which Deployment an autoscaler's `scaleTargetRef` must name (a
+    sentence with a leading space; empty otherwise)."""
+    source = spec.source
+    if source.deploys_engine:
+        return ""
+    return f" Set scaleTargetRef.name to {source.scale_target}: slokit does not deploy {source.short}."
+
+
+def scale_note(spec: Spec, other: str) -> str:
+    """The autoscaler's note: one autoscaler per Deployment, and which one to aim at where slokit deploys none."""
+    return _ONE_OF.format(other=other) + target_note(spec)
+
+
 def hpa(spec: Spec, model: Model) -> dict[str, Any]:
     """An autoscaling/v2 HPA on the external scale-out metric (needs prometheus-adapter with `adapter_rules`)."""
     return {
@@ -559,7 +584,7 @@ def hpa(spec: Spec, model: Model) -> dict[str, Any]:
         "metadata": {
             "name": deployment_name(spec, model),
             "labels": _labels(spec, "autoscaling", model),
-            "annotations": {f"{DOMAIN}/note": _ONE_OF.format(other="KEDA ScaledObject")},
+            "annotations": {f"{DOMAIN}/note": scale_note(spec, "KEDA ScaledObject")},
         },
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(spec, model)},
@@ -595,7 +620,7 @@ def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
         "metadata": {
             "name": deployment_name(spec, model),
             "labels": _labels(spec, "autoscaling", model),
-            "annotations": {f"{DOMAIN}/note": _ONE_OF.format(other="HorizontalPodAutoscaler")},
+            "annotations": {f"{DOMAIN}/note": scale_note(spec, "HorizontalPodAutoscaler")},
         },
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(spec, model)},
@@ -629,21 +654,27 @@ def files(spec: Spec) -> dict[str, Any]:
     selector, `scrape_groups`) and per model `exporters/<service>-<model>-<kind>.yaml`.
 
     A model none of whose classes has a TTFT objective gets no autoscaler: the rules record no scale-out signal
-    for it, and an HPA on a missing external metric would only report errors.
+    for it, and an HPA on a missing external metric would only report errors. For an engine slokit does not
+    deploy (every source but vLLM's and slokit's exporter), no Deployment or Service: the PodMonitor and the
+    autoscalers are written for the user's own pods, and a source whose series are pushed (OTLP) gets no
+    PodMonitor.
     """
     base = f"exporters/{object_name(spec.service)}"
     out: dict[str, Any] = {}
-    if spec.source.needs_plugin:
+    source = spec.source
+    if source.needs_plugin:
         out[f"{base}-configmap.yaml"] = configmap(spec)
-    for group in scrape_groups(spec):
-        out[group.file] = pod_monitor(spec, group)
+    if source.scraped:
+        for group in scrape_groups(spec):
+            out[group.file] = pod_monitor(spec, group)
     scaled = [model for model in spec.models if has_scale_out_signal(spec, model)]
     if scaled:
         out[f"{base}-prometheus-adapter.yaml"] = adapter_configmap(spec)
     for model in spec.models:
         prefix = f"exporters/{deployment_name(spec, model)}"
-        out[f"{prefix}-deployment.yaml"] = deployment(spec, model)
-        out[f"{prefix}-service.yaml"] = service(spec, model)
+        if source.deploys_engine:
+            out[f"{prefix}-deployment.yaml"] = deployment(spec, model)
+            out[f"{prefix}-service.yaml"] = service(spec, model)
         if model in scaled:
             out[f"{prefix}-hpa.yaml"] = hpa(spec, model)
             out[f"{prefix}-keda.yaml"] = scaled_object(spec, model)

@@ -266,6 +266,18 @@ class SignalSource:
         return f"{change} and name the histogram with metric: {{histogram: ..., buckets: [...]}}"
 
     # -- Kubernetes -----------------------------------------------------------------------------------------------
+    # slokit writes the engine's Deployment and Service (vLLM with the GPU sidecar) only for a source that is vLLM;
+    # any other engine or gateway runs from its own chart or operator, and slokit writes what watches and scales it:
+    # a PodMonitor on `metrics_port` at `metrics_path` of the pods labelled `app.kubernetes.io/component:
+    # <pod_component>`, and the autoscalers, aimed at `scale_target`.
+    deploys_engine: ClassVar[bool] = False
+    metrics_port: ClassVar[str] = "http"  # the container port's name
+    metrics_path: ClassVar[str] = "/metrics"
+    pod_component: ClassVar[str] = "server"
+    # False where the series reach Prometheus without a scrape (pushed over OTLP): no PodMonitor.
+    scraped: ClassVar[bool] = True
+    scale_target: ClassVar[str] = "the Deployment of the model's engine pods"
+
     def engine_args(self, spec: Spec) -> list[str]:
         """Arguments the engine container needs for the spec (bucket flags)."""
         del spec

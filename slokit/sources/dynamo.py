@@ -90,6 +90,8 @@ class Dynamo(SignalSource):
         }
     )
     lacks_note = "TPOT histogram (use ITL); request class; KV-cache usage and preemptions (a frontend has neither)"
+    pod_component = "frontend"
+    scale_target = "the Deployment of the model's workers (or leave scaling to Dynamo's planner)"
 
     def lacks(self, sli: Sli) -> str:
         return (

@@ -107,6 +107,7 @@ class SlokitExporter(SignalSource):
     DEFAULT_BUCKETS = DEFAULT_BUCKETS
     counts_other_class = True
     needs_plugin = True
+    deploys_engine = True
     draft_acceptance: ClassVar[DraftAcceptance | None] = DRAFT_ACCEPTANCE  # vLLM's own counters, same pods
     lacks_note = "nothing slokit reads (runs only inside vLLM)"
 

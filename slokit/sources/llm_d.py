@@ -134,6 +134,9 @@ class LlmD(SignalSource):
         {Sli.TTFT: TTFT_BUCKETS, Sli.ITL: ITL_BUCKETS, Sli.TPOT: TPOT_BUCKETS, Sli.E2E: GENERAL_LATENCY_BUCKETS}
     )
     lacks_note = "KV-cache usage and preemptions (a router has neither); request class on deprecated names"
+    metrics_port = "metrics"  # the EPP container's port 9090
+    pod_component = "router"
+    scale_target = "the Deployment of the model servers in the InferencePool (not the endpoint picker)"
 
     def exported_name(self, sli: Sli) -> str:
         return HISTOGRAMS[sli][0]

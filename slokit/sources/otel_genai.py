@@ -69,6 +69,8 @@ class OtelGenAi(SignalSource):
     METRICS = METRICS
     DEFAULT_BUCKETS = MappingProxyType({Sli.TTFT: TTFT_BUCKETS, Sli.TPOT: TPOT_BUCKETS, Sli.E2E: DURATION_BUCKETS})
     lacks_note = "ITL histogram (use TPOT); request class; queue, KV-cache and preemption signals"
+    scraped = False  # pushed over OTLP to Prometheus's receiver
+    scale_target = "the Deployment of the engine pods behind the gateway that emits these metrics"
 
     def lacks(self, sli: Sli) -> str:
         return (

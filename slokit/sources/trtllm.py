@@ -65,6 +65,7 @@ class TensorRtLlm(SignalSource):
         }
     )
     lacks_note = "ITL histogram (use TPOT); request class; preemptions; prefix-cache counters"
+    metrics_path = "/prometheus/metrics"  # trtllm-serve: /metrics is its JSON iteration statistics
 
     def lacks(self, sli: Sli) -> str:
         if sli is Sli.ITL:

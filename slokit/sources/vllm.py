@@ -42,6 +42,7 @@ class Vllm(SignalSource):
     failure_reason_example = "max_num_queued_reqs"
     draft_acceptance: ClassVar[DraftAcceptance | None] = DRAFT_ACCEPTANCE
     lacks_note = "request class (one class per model); failures before the first token other than rejections"
+    deploys_engine = True
 
     def lacks(self, sli: Sli) -> str:
         if sli is Sli.TPOT:
