@@ -290,6 +290,8 @@ RECORD_CONSISTENCY_UPPER: Final = "slokit:latency_p99_over_p50:upper_bound5m"
 RECORD_SCALE_OUT: Final = "slokit:scale_out:ratio"
 # The scale-out record as prometheus-adapter exposes it on the external metrics API (colons are not allowed there).
 EXTERNAL_SCALE_OUT_METRIC: Final = "slokit_scale_out_ratio"
+# The predictive signal's desired replicas on the same API (the predictive HPA reads it).
+EXTERNAL_AUTOSCALE_DESIRED_METRIC: Final = "slokit_autoscale_replicas_desired"
 # The predictive autoscaling signal (slokit/generate/autoscale.py): requests/s one engine of a model carries within the
 # objectives (a per-model fact), the model's finished-request rate over 1m, and the replicas it should run.
 RECORD_AUTOSCALE_CAPACITY: Final = "slokit:autoscale_capacity:rps"

@@ -181,7 +181,8 @@ def test_hpa_follows_the_behavior_rules() -> None:
 
 
 def test_generated_scaled_object_decides_as_the_replay_did(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The committed ScaledObject, read back, makes every decision the replay's slokit policy made."""
+    """The committed predictive ScaledObject and HPA, read back, make every decision the replay's slokit policy
+    made."""
     spec = load_spec(str(SUMMARIZE))
     traffic = read_history(spec, _ramp_file(tmp_path, SUMMARIZE, "qwen2-72b"))
     decisions: list[tuple[float, int, float, int]] = []
@@ -196,12 +197,13 @@ def test_generated_scaled_object_decides_as_the_replay_did(tmp_path: Path, monke
     run = run_model(spec, traffic, spec.models[0], ["slokit"], Config(tick=10))
     monkeypatch.undo()
     assert len({d[3] for d in decisions}) > 3  # it scaled
-    committed = yaml.safe_load((ROOT / "exporters" / "summarize-qwen2-72b-predictive-keda.yaml").read_text())
     ceiling = max(2 * run.static_replicas, run.static_replicas + 4)  # the replay's ceiling for every autoscaler
-    hpa = Hpa.from_object(committed, max_replicas=ceiling)
-    hpa.start(decisions[0][1])
-    for now, current, value, out in decisions:
-        assert hpa.decide(now, current, value) == out, (now, current, value)
+    for kind in ("keda", "hpa"):  # the ScaledObject and the HPA variant decide alike
+        committed = yaml.safe_load((ROOT / "exporters" / f"summarize-qwen2-72b-predictive-{kind}.yaml").read_text())
+        hpa = Hpa.from_object(committed, max_replicas=ceiling)
+        hpa.start(decisions[0][1])
+        for now, current, value, out in decisions:
+            assert hpa.decide(now, current, value) == out, (kind, now, current, value)
 
 
 def test_capacity_grows_with_a_looser_objective_and_shares_fall_with_queueing() -> None:

@@ -2,7 +2,8 @@
 
 Closed-loop probe levels at 2 and 4 users (4 = the fixture's --max-num-seqs) calibrate the engine model; it then
 predicts p50 and p95 TTFT and ITL at 3 users, below saturation, and the prediction is compared with what the probe
-measures there. The errors are printed (docs/autoscale.md quotes runs).
+measures there. Each level is measured twice and the run with the lower median inter-token time kept (a CPU stall
+only adds time). The errors are printed (docs/autoscale.md quotes runs).
 
 One user is measured and printed but neither calibrates nor is held to the bar: between a single user's requests
 the CPU engine idles, and its median first token at one user ranged from 10 to 72 ms over four runs where two users
@@ -38,6 +39,7 @@ TAIL_BAR = 3.0
 
 
 ATTEMPTS = 3  # a level whose streams all arrived in one read each is measured again, at most this many times
+MEASUREMENTS = 2  # each calibrating and predicted level is measured this many times (_steadiest)
 # A gap under this is two chunks read back to back (the API server starved, then flushing what it held), not two
 # tokens decoded apart: a decode step of this engine takes about 2 ms.
 COALESCED_GAP = 0.0005
@@ -90,6 +92,14 @@ def _level(server: VllmServer, users: int, per_word: float) -> tuple[ProbeLevel,
     return level, itls, prompts
 
 
+def _steadiest(server: VllmServer, users: int, per_word: float) -> tuple[ProbeLevel, list[float], list[int]]:
+    """The level measured `MEASUREMENTS` times, keeping the run with the lowest median inter-token time: a stall of
+    the shared CPU (a 4-user level once read a 98 ms median against the usual 2 to 3 ms) only ever adds time, and
+    one stalled calibration level would skew every prediction."""
+    runs = [_level(server, users, per_word) for _ in range(MEASUREMENTS)]
+    return min(runs, key=lambda run: run[0].itl_p50)
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
@@ -101,13 +111,13 @@ def test_engine_model_predicts_the_real_engine_below_saturation(vllm_server: Vll
     )
     assert per_word is not None
     _measure(vllm_server, 2, per_word)  # warm the engine up (its first requests after start are slower)
-    calibration = [_level(vllm_server, users, per_word)[0] for users in (2, MAX_NUM_SEQS)]
+    calibration = [_steadiest(vllm_server, users, per_word)[0] for users in (2, MAX_NUM_SEQS)]
     engine = fit_probe(calibration, MAX_NUM_SEQS, 1, "probe")
     print("calibration:", [(lv.concurrency, lv.itl_p50, sorted(lv.ttft)[len(lv.ttft) // 2]) for lv in calibration])
     print("engine model:", engine.as_dict())
     errors: dict[str, float] = {}
     for users in (1, 3):
-        level, itls, prompts = _level(vllm_server, users, per_word)
+        level, itls, prompts = _steadiest(vllm_server, users, per_word)
         work = Workload(tuple(sorted(float(p) for p in prompts)), (float(OUTPUT_TOKENS),) * len(prompts))
         predicted = predict_closed_loop(engine, work, users)
         measured = {

@@ -140,12 +140,16 @@ def test_every_example_generates_the_deployment_side(objects: dict[str, Any], sp
         assert has_spec_map == (spec.source.name == "slokit")  # vLLM's own metrics need no plugin
     per_model = [data for data in objects.values() if data["kind"] == "Deployment"]
     assert len(per_model) == sum(len(spec.models) for spec in specs)
-    for kind in ("Service", "HorizontalPodAutoscaler"):
-        assert sum(d["kind"] == kind for d in objects.values()) == len(per_model)
-    # Two ScaledObjects per model: the reactive one, and the predictive one (every example model is sized).
-    predictive = [p for p, d in objects.items() if d["kind"] == "ScaledObject" and p.endswith("-predictive-keda.yaml")]
-    assert len(predictive) == len(per_model)
-    assert sum(d["kind"] == "ScaledObject" for d in objects.values()) == 2 * len(per_model)
+    assert sum(d["kind"] == "Service" for d in objects.values()) == len(per_model)
+    # Two HPAs and two ScaledObjects per model: reactive and predictive (every example model is sized).
+    for kind, suffix in (("ScaledObject", "-keda.yaml"), ("HorizontalPodAutoscaler", "-hpa.yaml")):
+        predictive = [p for p, d in objects.items() if d["kind"] == kind and p.endswith("-predictive" + suffix)]
+        assert len(predictive) == len(per_model)
+        assert sum(d["kind"] == kind for d in objects.values()) == 2 * len(per_model)
+    for spec in specs:
+        config = yaml.safe_load(objects[f"exporters/{spec.service}-prometheus-adapter.yaml"]["data"]["config.yaml"])
+        exposed = {rule["name"]["as"] for rule in config["externalRules"]}
+        assert exposed == {schema.EXTERNAL_SCALE_OUT_METRIC, schema.EXTERNAL_AUTOSCALE_DESIRED_METRIC}
 
 
 ENGINE_SPECS = ROOT / "tests" / "data" / "engines"
@@ -190,6 +194,19 @@ def test_only_vllm_is_deployed_and_other_engines_are_watched_where_they_run(sour
         assert monitors[0]["spec"]["podMetricsEndpoints"][0]["path"] == "/prometheus/metrics"
     if source == "llm-d":
         assert "not the endpoint picker" in scalers[0]["metadata"]["annotations"][f"{k8s.DOMAIN}/note"]
+
+
+def test_a_predictive_only_model_still_gets_the_adapter_rules_its_hpa_reads() -> None:
+    """Without a TTFT objective there is no reactive signal (no reactive autoscaler, and k8s writes no adapter
+    rules), but the engine model still sizes the model: the predictive HPA's adapter rules come with it."""
+    text = (ROOT / "examples" / "summarize.yaml").read_text()
+    without_ttft = re.sub(r"\n      ttft:\n        objective: \{[^}]*\}\n", "\n", text)
+    assert without_ttft != text
+    objects = generated([load_spec_text(without_ttft, "summarize.yaml")])
+    kinds = {path.rsplit("/", 1)[1]: data["kind"] for path, data in objects.items()}
+    assert "summarize-qwen2-72b-hpa.yaml" not in kinds  # no reactive signal
+    assert kinds["summarize-qwen2-72b-predictive-hpa.yaml"] == "HorizontalPodAutoscaler"
+    assert kinds["summarize-prometheus-adapter.yaml"] == "ConfigMap"
 
 
 def test_kubernetes_doc_has_a_row_for_every_engine_slokit_does_not_deploy() -> None:
@@ -486,11 +503,13 @@ def test_adapter_config_has_only_keys_prometheus_adapter_reads(objects: dict[str
         if data["kind"] == "ConfigMap" and "config.yaml" in data["data"]:
             config = yaml.safe_load(data["data"]["config.yaml"])
             assert set(config) == {"externalRules"}
+            records = {schema.RECORD_SCALE_OUT, schema.RECORD_AUTOSCALE_DESIRED}
             for rule in config["externalRules"]:
                 assert set(rule) <= allowed
                 assert set(rule["name"]) <= {"matches", "as"}
                 assert rule["resources"] == {"namespaced": False}
-                assert re.fullmatch(rule["name"]["matches"], schema.RECORD_SCALE_OUT)
+                # Each rule's name pattern matches exactly one of the two recorded series it exposes.
+                assert sum(bool(re.fullmatch(rule["name"]["matches"], record)) for record in records) == 1
 
 
 @pytest.mark.vllm

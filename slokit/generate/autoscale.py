@@ -1,5 +1,5 @@
-"""The predictive autoscaling signal, deployable: its recording rules, the KEDA ScaledObject acting on it, and a
-promtool test of the signal.
+"""The predictive autoscaling signal, deployable: its recording rules, the KEDA ScaledObject or HPA acting on it,
+and a promtool test of the signal.
 
 `slokit:autoscale_replicas:desired{service, model}` is the replicas a model's Deployment should run, computed from
 live series exactly as the replay's `slokit` policy computes it (slokit/autoscale/policies.py `signal`):
@@ -14,7 +14,8 @@ with R the model's finished-request rate over 1m, `waiting` its engines' queues,
 engine carries within the objectives (the engine model at the roofline, recorded per model as a fact), `current`
 its engines and "burning" the reactive scale-out ratio at or over `fraction_of_slo`. The ScaledObject reads it as
 an AverageValue of 1 per replica, so the HPA KEDA creates runs ceil(desired) replicas, with a `behavior` that
-scales up at once and down one pod per 30 s after three quiet minutes.
+scales up at once and down one pod per 30 s after three quiet minutes; the HPA variant reads the same series
+through prometheus-adapter (`slokit_autoscale_replicas_desired`) with the same target and `behavior`.
 
 Models the engine model cannot size (no planner preset or GPU, or objectives no batch meets) get no signal; the
 reactive HPA and ScaledObject from k8s.py remain theirs.
@@ -143,22 +144,13 @@ def rule_group(spec: Spec, sized: dict[str, float], engine: Engine = DEFAULT) ->
 
 def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
     """A KEDA ScaledObject running ceil(desired) replicas of the model's Deployment."""
-    name = k8s.deployment_name(spec, model)
     labels = f'{schema.RULE_LABEL_SERVICE}="{spec.service}",{schema.RULE_LABEL_MODEL}="{model.name}"'
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": {
-            "name": f"{name}-predictive",
-            "labels": {**k8s.scaled_object(spec, model)["metadata"]["labels"]},
-            "annotations": {
-                f"{k8s.DOMAIN}/note": "slokit's predictive policy (docs/autoscale.md). Apply this or the reactive "
-                "HPA/ScaledObject for the same Deployment, never two: each creates an HPA and they would fight."
-                + k8s.target_note(spec)
-            },
-        },
+        "metadata": _metadata(spec, model, "this ScaledObject or the predictive HPA"),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "scaleTargetRef": _target(spec, model),
             "minReplicaCount": k8s.MIN_REPLICAS,
             "maxReplicaCount": k8s.MAX_REPLICAS,
             "pollingInterval": 15,
@@ -179,6 +171,56 @@ def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
     }
 
 
+def hpa(spec: Spec, model: Model) -> dict[str, Any]:
+    """The same policy as an autoscaling/v2 HPA: ceil(desired) replicas through prometheus-adapter's external
+    metric (`k8s.adapter_rules`), an AverageValue of 1 per replica, with the same `behavior`."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(spec, model, "this HPA or the predictive ScaledObject"),
+        "spec": {
+            "scaleTargetRef": _target(spec, model),
+            "minReplicas": k8s.MIN_REPLICAS,
+            "maxReplicas": k8s.MAX_REPLICAS,
+            "metrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {
+                            "name": schema.EXTERNAL_AUTOSCALE_DESIRED_METRIC,
+                            "selector": {
+                                "matchLabels": {
+                                    schema.RULE_LABEL_SERVICE: spec.service,
+                                    schema.RULE_LABEL_MODEL: model.name,
+                                }
+                            },
+                        },
+                        "target": {"type": "AverageValue", "averageValue": "1"},
+                    },
+                }
+            ],
+            "behavior": BEHAVIOR,
+        },
+    }
+
+
+def _metadata(spec: Spec, model: Model, this: str) -> dict[str, Any]:
+    """`<deployment>-predictive`, the reactive autoscalers' labels, and a note that only one autoscaler may run."""
+    note = (
+        f"slokit's predictive policy (docs/autoscale.md). Apply {this}, or the reactive HPA/ScaledObject, for the "
+        "same Deployment, never two: each creates an HPA and they would fight." + k8s.target_note(spec)
+    )
+    return {
+        "name": f"{k8s.deployment_name(spec, model)}-predictive",
+        "labels": {**k8s.hpa(spec, model)["metadata"]["labels"]},
+        "annotations": {f"{k8s.DOMAIN}/note": note},
+    }
+
+
+def _target(spec: Spec, model: Model) -> dict[str, str]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": k8s.deployment_name(spec, model)}
+
+
 def rules_path(spec: Spec) -> str:
     """`rules/<service>.autoscale.rules.yaml`."""
     return f"rules/{spec.service}.autoscale.rules.yaml"
@@ -194,8 +236,8 @@ ENGINES: Final = (Engine.PROMETHEUS, Engine.THANOS, Engine.MIMIR)
 
 
 def files(spec: Spec, engine: Engine = DEFAULT) -> dict[str, Any]:
-    """The rule file, its promtool test (Prometheus only) and one ScaledObject per sized model (nothing when none
-    is sized, or for vmalert)."""
+    """The rule file, its promtool test (Prometheus only) and per sized model a ScaledObject and an HPA, either of
+    which runs the policy (nothing when none is sized, or for vmalert)."""
     sized = capacities(spec)
     if not sized or engine not in ENGINES:
         return {}
@@ -209,5 +251,10 @@ def files(spec: Spec, engine: Engine = DEFAULT) -> dict[str, Any]:
         out[f"rules/{spec.service}.autoscale.rules.test.yaml"] = unit_tests(spec, sized)
     for model in spec.models:
         if model.name in sized:
-            out[f"exporters/{k8s.deployment_name(spec, model)}-predictive-keda.yaml"] = scaled_object(spec, model)
+            prefix = f"exporters/{k8s.deployment_name(spec, model)}-predictive"
+            out[f"{prefix}-keda.yaml"] = scaled_object(spec, model)
+            out[f"{prefix}-hpa.yaml"] = hpa(spec, model)
+    if not any(k8s.has_scale_out_signal(spec, model) for model in spec.models):
+        # k8s.files writes the adapter rules only for the reactive signal; the predictive HPA needs them too.
+        out[f"exporters/{k8s.object_name(spec.service)}-prometheus-adapter.yaml"] = k8s.adapter_configmap(spec)
     return out

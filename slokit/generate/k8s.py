@@ -1,11 +1,12 @@
 """The deployment side of a spec, as Kubernetes objects under `exporters/`.
 
-Per service: the spec as a ConfigMap (for slokit's stat-logger plugin inside vLLM), a PodMonitor scraping both
-the vLLM port and the GPU sidecar (one per distinct model `selector:`, giving the scraped series exactly the labels
-the rules select on), and the prometheus-adapter rule that turns the recorded scale-out signal into an external
-metric. Per model: a Deployment (vLLM plus the NVML sidecar), a Service, and two alternative autoscalers on
-the scale-out signal, an HPA on the external metric and a KEDA ScaledObject with a Prometheus trigger. Apply one
-autoscaler per Deployment, never both: KEDA creates its own HPA and the two would fight.
+Per service: the spec as a ConfigMap (for slokit's stat-logger plugin inside vLLM), a PodMonitor scraping both the
+vLLM port and the GPU sidecar (one per distinct model `selector:`, giving the scraped series exactly the labels the
+rules select on), and the prometheus-adapter rules that turn the recorded scale-out signal (and the predictive
+policy's desired replicas, slokit/generate/autoscale.py) into external metrics. Per model: a Deployment (vLLM plus
+the NVML sidecar), a Service, and two alternative autoscalers on the scale-out signal, an HPA on the external metric
+and a KEDA ScaledObject with a Prometheus trigger. Apply one autoscaler per Deployment, never both: KEDA creates its
+own HPA and the two would fight.
 
 Only vLLM is deployed (`source: vllm` or `slokit`): for any other engine or gateway (SGLang, TGI, TensorRT-LLM,
 Dynamo, llm-d) the pods are the user's, so there is no Deployment, Service or GPU sidecar; the PodMonitor scrapes
@@ -327,25 +328,31 @@ def gpu_scrape_settings(spec: Spec) -> dict[str, Any]:
 
 
 def adapter_rules() -> dict[str, Any]:
-    """prometheus-adapter `externalRules` exposing `slokit:scale_out:ratio` as the external metric the HPA reads.
+    """prometheus-adapter `externalRules` exposing `slokit:scale_out:ratio` (the reactive HPA's metric) and
+    `slokit:autoscale_replicas:desired` (the predictive HPA's) as external metrics.
 
-    Not namespaced: the recorded series is aggregated per service, model and class, so it has no namespace label.
-    `max` collapses the classes into one value (the HPA would otherwise add them up).
+    Not namespaced: the recorded series are aggregated per service and model (and class), so they have no namespace
+    label. `max` collapses the classes into one value (the HPA would otherwise add them up).
     """
+    exposed = (
+        (schema.RECORD_SCALE_OUT, EXTERNAL_METRIC),
+        (schema.RECORD_AUTOSCALE_DESIRED, schema.EXTERNAL_AUTOSCALE_DESIRED_METRIC),
+    )
     return {
         "externalRules": [
             {
-                "seriesQuery": f'{{__name__="{schema.RECORD_SCALE_OUT}",{schema.RULE_LABEL_SERVICE}!=""}}',
+                "seriesQuery": f'{{__name__="{record}",{schema.RULE_LABEL_SERVICE}!=""}}',
                 "resources": {"namespaced": False},
-                "name": {"matches": f"^{promql.regex_escape(schema.RECORD_SCALE_OUT)}$", "as": EXTERNAL_METRIC},
+                "name": {"matches": f"^{promql.regex_escape(record)}$", "as": metric},
                 "metricsQuery": "max(<<.Series>>{<<.LabelMatchers>>})",
             }
+            for record, metric in exposed
         ]
     }
 
 
 def adapter_configmap(spec: Spec) -> dict[str, Any]:
-    """The adapter rule as a ConfigMap; the rule is the same for every slokit service, so install it once."""
+    """The adapter rules as a ConfigMap; they are the same for every slokit service, so install them once."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -354,7 +361,7 @@ def adapter_configmap(spec: Spec) -> dict[str, Any]:
             "labels": _labels(spec, "autoscaling"),
             "annotations": {
                 f"{DOMAIN}/note": "Merge externalRules into your prometheus-adapter config (Helm value "
-                "rules.external); the rule serves every slokit service."
+                "rules.external); the rules serve every slokit service."
             },
         },
         "data": {"config.yaml": _yaml(adapter_rules())},
