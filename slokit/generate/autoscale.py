@@ -256,5 +256,5 @@ def files(spec: Spec, engine: Engine = DEFAULT) -> dict[str, Any]:
             out[f"{prefix}-hpa.yaml"] = hpa(spec, model)
     if not any(k8s.has_scale_out_signal(spec, model) for model in spec.models):
         # k8s.files writes the adapter rules only for the reactive signal; the predictive HPA needs them too.
-        out[f"exporters/{k8s.object_name(spec.service)}-prometheus-adapter.yaml"] = k8s.adapter_configmap(spec)
+        out[k8s.adapter_path(spec)] = k8s.adapter_configmap(spec)
     return out

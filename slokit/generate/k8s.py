@@ -351,6 +351,12 @@ def adapter_rules() -> dict[str, Any]:
     }
 
 
+def adapter_path(spec: Spec) -> str:
+    """`exporters/<service>-prometheus-adapter.yaml`: written by `files` for the reactive HPA, or by the predictive
+    signal's generator where no model has a reactive signal."""
+    return f"exporters/{object_name(spec.service)}-prometheus-adapter.yaml"
+
+
 def adapter_configmap(spec: Spec) -> dict[str, Any]:
     """The adapter rules as a ConfigMap; they are the same for every slokit service, so install them once."""
     return {
@@ -676,7 +682,7 @@ def files(spec: Spec) -> dict[str, Any]:
             out[group.file] = pod_monitor(spec, group)
     scaled = [model for model in spec.models if has_scale_out_signal(spec, model)]
     if scaled:
-        out[f"{base}-prometheus-adapter.yaml"] = adapter_configmap(spec)
+        out[adapter_path(spec)] = adapter_configmap(spec)
     for model in spec.models:
         prefix = f"exporters/{deployment_name(spec, model)}"
         if source.deploys_engine:

@@ -26,7 +26,7 @@ from slokit import schema
 from slokit.generate import alerts as alerts_mod
 from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule
-from slokit.generate.rules import BASE_WINDOW, BASELINE_QUANTILE, failure_terms, rule_groups, rules_path
+from slokit.generate.rules import BASE_WINDOW, BASELINE_QUANTILE, failure_terms, model_facts, rule_groups, rules_path
 from slokit.promql import histogram_quantile, number, selector
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
@@ -889,7 +889,7 @@ def _parameter_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[s
     """The parameter series the alerts join with hold the numbers the alerts carry as values (each member's burn
     factor, consistency limit, objective and max_num_seqs): a renderer that writes another number fails here."""
     samples: dict[str, float] = {}
-    served_models = set(alerts_mod.served_models(spec))
+    facts = {labels[schema.RULE_LABEL_MODEL]: labels for labels, _ in model_facts(spec)}
     for r in all_rules:
         labels = {schema.RULE_LABEL_SERVICE: spec.service, **r.series_labels()}
         model = labels.pop(schema.RULE_LABEL_MODEL, "")
@@ -906,9 +906,7 @@ def _parameter_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[s
             limit = sorted((k, "=", v) for k, v in labels.items())
             samples[selector(schema.RECORD_CONSISTENCY_LIMIT, limit)] = r.params["limit"]
         elif r.kind is AlertKind.QUEUE_OVERLOAD and schema.RULE_LABEL_CAUSE not in r.labels:
-            served = "true" if model in served_models else "false"
-            seqs = [(schema.RULE_LABEL_MODEL, "=", model), (schema.RULE_LABEL_SERVED, "=", served),
-                    (schema.RULE_LABEL_SERVICE, "=", spec.service)]  # fmt: skip
+            seqs = sorted((k, "=", v) for k, v in facts[model].items())
             samples[selector(schema.RECORD_MAX_NUM_SEQS, seqs)] = r.params["max_num_seqs"]
     if not samples:
         return []
