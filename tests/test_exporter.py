@@ -275,6 +275,54 @@ def test_aborted_requests_are_counted_and_forgotten(vllm_config: Any) -> None:
     assert keep in logger._by_external  # the running request is still tracked
 
 
+def _without_request_ids(iteration: Any) -> Any:
+    """vLLM 0.11 to 0.19: the same finished records, but their dataclass has no `request_id` field."""
+    import dataclasses
+    import types
+
+    iteration.finished_requests = [
+        types.SimpleNamespace(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "request_id"})
+        for r in iteration.finished_requests
+    ]
+    return iteration
+
+
+@pytest.mark.vllm
+def test_finished_records_without_request_ids_still_find_their_class(vllm_config: Any) -> None:
+    """Before vLLM 0.20 a finished record does not name its request; the exporter finds it by the e2e latency vLLM
+    computed from the request's own stats. Requests of different classes finish in the same batches, some in the
+    batch of their first token, and an abort in between must still be counted as one."""
+    logger = make_logger(vllm_config)
+    sim = FrontendSim(seed=7)
+    for i in range(6):
+        sim.add("chat", 20, 3 + i % 3)
+        sim.add("batch", 20, 3 + i % 3)  # the same lengths: the same batches, told apart by arrival only
+        sim.add(f"unknown-{i}", 20, 1)  # first token and finish in one batch
+    gone = sim.add("batch", 20, 50)
+    logger._next_sweep = float("inf")  # the sweep, run explicitly below, must find nothing but the abort
+    for step in range(100):
+        if not sim.live:
+            break
+        scheduler, iteration = sim.step(batch=10, abort=[gone] if step == 2 else ())
+        logger.record(scheduler, _without_request_ids(iteration))
+    assert not sim.live
+    logger._sweep()
+    finished = M.requests_finished
+    reason = M.finish_reason_label
+    assert value(logger, finished, **{"class": "chat", reason: "length"}) == 6
+    assert value(logger, finished, **{"class": "batch", reason: "length"}) == 6
+    assert value(logger, finished, **{"class": "other", reason: "length"}) == 6
+    assert value(logger, finished, **{"class": "batch", reason: "abort"}) == 1
+    assert value(logger, finished, **{reason: "abort"}) == 1
+    assert value(logger, M.latency[Sli.E2E] + "_count", **{"class": "chat"}) == 6
+    assert value(logger, M.latency[Sli.E2E] + "_count", **{"class": "other"}) == 6
+    assert value(logger, M.generation_tokens, **{"class": "chat"}) == 2 * (3 + 4 + 5)
+    assert value(logger, exporter_source.EXPORTER_ERRORS) == 0
+    assert value(logger, exporter_source.CLASS_REQUESTS_RUNNING) == 0
+    assert value(logger, exporter_source.CLASS_REQUESTS_WAITING) == 0
+    assert not logger._by_external
+
+
 @pytest.mark.vllm
 def test_data_parallel_engines_get_their_own_label(vllm_config: Any) -> None:
     logger = make_logger(vllm_config, engines=[0, 1])

