@@ -210,3 +210,28 @@ def test_slokit_generate_prints_progress_on_stderr(tmp_path: Path, monkeypatch: 
     assert result.exit_code == 0, result.output
     assert "generating fleet: promtool tests done" in result.stderr
     assert "generating" not in result.stdout
+
+
+@pytest.mark.prometheus
+def test_the_long_windows_run_beside_the_baseline_on_a_class_it_leaves_free(tmp_path: Path, promtool_path: str) -> None:
+    """The two longest scenarios are one where the baseline leaves a class free: the long windows take an SLO of
+    it, and a real promtool passes every check of both, evaluated together over the baseline's day of history."""
+    spec = load_spec_text(fleet_spec_yaml(2, "slokit", classes=5), "fleet-5-classes.yaml")
+    files = generate_all([spec])
+    tests = yaml.safe_load(files[f"rules/{spec.service}.rules.test.yaml"])
+    merged = [g for g in tests["tests"] if "; beside it, long windows filled" in g["name"]]
+    assert len(merged) == 1 and not [g for g in tests["tests"] if g["name"].startswith("long windows filled")]
+    found = re.search(r"long windows filled: \d+h of (\S+) ", merged[0]["name"])
+    assert found is not None
+    rules = alerts.alert_instances(spec, promtool_tests.tested_models(spec))
+    assert found.group(1) not in {rc.name for rc, _, _ in promtool_tests._baseline_slos(spec, rules)}
+    # four classes leave none free: the two scenarios stay apart, as they were
+    narrow = yaml.safe_load(generate_all([_spec(4, "slokit")])["rules/fleet.rules.test.yaml"])
+    assert [g for g in narrow["tests"] if g["name"].startswith("long windows filled")]
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / f"{spec.service}.rules.yaml").write_text(files[f"rules/{spec.service}.rules.yaml"])
+    only = {**tests, "tests": merged}
+    (tmp_path / "rules" / "merged.test.yaml").write_text(yaml.safe_dump(only, sort_keys=False, width=10**6))
+    done = subprocess.run([promtool_path, "test", "rules", "merged.test.yaml"], cwd=tmp_path / "rules",
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -838,20 +838,27 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
 LONG_HOURS: Final = 26  # past a day, so the 1d window's oldest tile holds data and longer windows all of it
 
 
-def _long_window_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
+def _long_window_groups(
+    spec: Spec, all_rules: Sequence[AlertRule], apart_from: Sequence[SloKey] = ()
+) -> list[dict[str, Any]]:  # fmt: skip
     """Every window filled past its newest tile: 26 hours of one SLO's requests, each hour at its own rate and
     share of slow requests, so every tile of every window holds different counts; at the end each window's total
     and good events equal what the raw counters add up to over it (the whole history for windows longer than it).
     A tile read at the wrong offset, or one dropped, counts another hour. One SLO stands for all: the tiles are
     one rule per window for every SLO. Specs whose tests step every minute (the demo's) leave it out: 26 hours of
-    minutes would take long, and their windows are the same rules."""
+    minutes would take long, and their windows are the same rules.
+
+    Where it can, it takes an SLO of a class none of `apart_from` (another long scenario's SLOs) has, whose
+    series no selector of theirs reads and whose selector reads none of theirs: the two then run side by side
+    (`side_by_side`); the group is marked with whether it could (`_APART`)."""
     del all_rules
     step = _STEP.get()
     slos = [(rc, sli) for rc in spec.classes for sli, slo in rc.slos.items()
             if slo.objective is not None and slo.metric is None and tested_of(spec, rc)]  # fmt: skip
     if step < COARSE_STEP or not slos:
         return []
-    rc, sli = slos[0]
+    apart = [(rc, sli) for rc, sli in slos if _apart(spec, (rc, sli, tested_of(spec, rc)[0]), apart_from)]
+    rc, sli = (apart or slos)[0]
     objective = rc.slos[sli].objective
     assert objective is not None
     model = tested_of(spec, rc)[0]
@@ -882,7 +889,39 @@ def _long_window_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict
                          _le_writer(spec, rc, sli))  # fmt: skip
     name = (f"long windows filled: {LONG_HOURS}h of {rc.name} {sli.value} on {model}, each hour at its own rate and "
             "share of slow requests; every window's events equal the raw counts at the end")  # fmt: skip
-    return [{"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}]
+    group = {"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}
+    return [{**group, _APART: bool(apart_from) and bool(apart)}]
+
+
+_APART: Final = "__apart__"  # a scenario key side_by_side reads and removes: written apart from the other's SLOs
+
+
+def _apart(spec: Spec, key: SloKey, others: Sequence[SloKey]) -> bool:
+    """Whether an SLO shares no class with `others` and no histogram selector of either reads the other's series."""
+    if any(key[0].name == other[0].name for other in others):
+        return False
+    readers = _readers(spec, [key, *others])  # position 0 is `key`
+    return not readers[0] and not any(key in read for position, read in readers.items() if position)
+
+
+def side_by_side(
+    first: list[dict[str, Any]], second: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+    """Two one-scenario lists as one scenario where `second` was written apart from `first`'s SLOs (`_APART`):
+    promtool evaluates every rule at every step of a scenario, so two long scenarios that cannot see each other's
+    series cost the steps of the longer one only. Their checks select their own SLOs' series and alerts by every
+    label, so each sees what it saw alone. Returns (`first`, or the two as one; what is left of `second`)."""
+    apart = [group.pop(_APART, False) for group in second]
+    if apart == [True] and len(first) == 1 and first[0]["interval"] == second[0]["interval"]:
+        one, other = first[0], second[0]
+        together = {
+            "name": f"{one['name']}; beside it, {other['name']}",
+            "interval": one["interval"],
+            "input_series": [*one["input_series"], *other["input_series"]],
+            "promql_expr_test": [*one.get("promql_expr_test", []), *other.get("promql_expr_test", [])],
+        }
+        return [together], []
+    return first, second
 
 
 def _parameter_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
@@ -979,14 +1018,16 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
     token = _STEP.set(step)
     try:
         rest = rest_of_fleet(spec)
+        # The two longest scenarios run as one where the long windows can take an SLO the baseline does not write.
+        long_windows = _long_window_groups(spec, all_rules, _baseline_slos(spec, all_rules))
+        baseline, long_windows = side_by_side(_baseline_groups(spec, all_rules), long_windows)
         tests = [
             *rest(_slo_groups(spec, all_rules)), *rest(_boundary_groups(spec, all_rules)),
-            *rest(_baseline_groups(spec, all_rules)), *rest(_restart_groups(spec, all_rules)),
+            *rest(baseline), *rest(_restart_groups(spec, all_rules)),
             *rest(_engine_groups(spec, all_rules)), *rest(_engine_boundary_groups(spec, all_rules)),
             *rest(_consistency_groups(spec, all_rules)),
             *_absent_groups(spec, all_rules), *_exporter_gone_groups(spec, all_rules),
-            *rest(_failure_groups(spec, all_rules)), *_parameter_groups(spec, all_rules),
-            *rest(_long_window_groups(spec, all_rules)),
+            *rest(_failure_groups(spec, all_rules)), *_parameter_groups(spec, all_rules), *rest(long_windows),
         ]  # fmt: skip
     finally:
         _STEP.reset(token)
@@ -1613,6 +1654,14 @@ def _baseline_evaluations(
     return out
 
 
+def _baseline_slos(spec: Spec, all_rules: Sequence[AlertRule]) -> list[SloKey]:
+    """The SLOs the baseline scenario writes: a day of history and more, so two classes per SLI (representative)."""
+    classes = {rc.name: rc for rc in spec.classes}
+    return representative([(classes[r.request_class], r.sli, r.model) for r in all_rules
+                           if r.kind is AlertKind.BASELINE and r.request_class is not None and r.sli is not None
+                           and r.model is not None])  # fmt: skip
+
+
 def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """The baseline from raw history: `offset` of latency, then parts of p99 NEAR over or under ratio x that p99:
 
@@ -1627,15 +1676,10 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
     of `min_rps` spread over every alert's series instead. The alert is checked at each part's end and around
     every change of its state, as `_baseline_evaluations` models it. A median-of-days baseline reads the one day
     that exists (the median of one value): a week of history at the tests' step would take minutes."""
-    rules = [r for r in all_rules if r.kind is AlertKind.BASELINE]
+    kept = {(rc.name, sli, m) for rc, sli, m in _baseline_slos(spec, all_rules)}
+    rules = [r for r in all_rules if r.kind is AlertKind.BASELINE and (r.request_class, r.sli, r.model) in kept]
     if not rules:
         return []
-    # a day of history and more: two classes per SLI (see representative)
-    classes = {rc.name: rc for rc in spec.classes}
-    keep = representative([(classes[r.request_class], r.sli, r.model) for r in rules
-                           if r.request_class is not None and r.sli is not None and r.model is not None])  # fmt: skip
-    kept = {(rc.name, sli, m) for rc, sli, m in keep}
-    rules = [r for r in rules if (r.request_class, r.sli, r.model) in kept]
     base = spec.alerting.baseline
     history = int(base.offset // 60)
     step = _STEP.get()
