@@ -203,8 +203,14 @@ def test_search_finds_the_saturation_point_within_one_step(emulator: str) -> Non
     limits = Limits(requests=24, duration=30.0, drain=10.0)
     config = SearchConfig("concurrency", start=1, maximum=32, repeats=1)
     result = asyncio.run(probe_search(endpoint, _workload(), limits, criteria, config))
+    first = [(s.load.value, s.passed) for s in result.levels]
+    if result.max_passing is not None and result.max_passing < K - 1:
+        # A level under the slots fails only when the shared 2-core machine stalls the client or the emulator for
+        # tens of milliseconds (seen while the other test worker ran an engine); a stall cannot make a level above
+        # the slots pass, so one more search is run, and it must find the slots.
+        result = asyncio.run(probe_search(endpoint, _workload(), limits, criteria, config))
     assert result.max_passing is not None and result.min_failing is not None
-    assert K - 1 <= result.max_passing <= K, [(s.load.value, s.passed) for s in result.levels]
+    assert K - 1 <= result.max_passing <= K, (first, [(s.load.value, s.passed) for s in result.levels])
     assert result.min_failing == result.max_passing + 1
     binding = result.binding
     assert binding is not None and binding.constraint.sli is not None
