@@ -150,7 +150,7 @@ def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
         "kind": "ScaledObject",
         "metadata": _metadata(spec, model, "this ScaledObject or the predictive HPA"),
         "spec": {
-            "scaleTargetRef": _target(spec, model),
+            "scaleTargetRef": k8s.scale_target(spec, model),
             "minReplicaCount": k8s.MIN_REPLICAS,
             "maxReplicaCount": k8s.MAX_REPLICAS,
             "pollingInterval": 15,
@@ -179,25 +179,13 @@ def hpa(spec: Spec, model: Model) -> dict[str, Any]:
         "kind": "HorizontalPodAutoscaler",
         "metadata": _metadata(spec, model, "this HPA or the predictive ScaledObject"),
         "spec": {
-            "scaleTargetRef": _target(spec, model),
+            "scaleTargetRef": k8s.scale_target(spec, model),
             "minReplicas": k8s.MIN_REPLICAS,
             "maxReplicas": k8s.MAX_REPLICAS,
             "metrics": [
-                {
-                    "type": "External",
-                    "external": {
-                        "metric": {
-                            "name": schema.EXTERNAL_AUTOSCALE_DESIRED_METRIC,
-                            "selector": {
-                                "matchLabels": {
-                                    schema.RULE_LABEL_SERVICE: spec.service,
-                                    schema.RULE_LABEL_MODEL: model.name,
-                                }
-                            },
-                        },
-                        "target": {"type": "AverageValue", "averageValue": "1"},
-                    },
-                }
+                k8s.external_metric(
+                    spec, model, schema.EXTERNAL_AUTOSCALE_DESIRED_METRIC, {"type": "AverageValue", "averageValue": "1"}
+                )
             ],
             "behavior": BEHAVIOR,
         },
@@ -212,13 +200,9 @@ def _metadata(spec: Spec, model: Model, this: str) -> dict[str, Any]:
     )
     return {
         "name": f"{k8s.deployment_name(spec, model)}-predictive",
-        "labels": {**k8s.hpa(spec, model)["metadata"]["labels"]},
+        "labels": k8s.autoscaler_labels(spec, model),
         "annotations": {f"{k8s.DOMAIN}/note": note},
     }
-
-
-def _target(spec: Spec, model: Model) -> dict[str, str]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": k8s.deployment_name(spec, model)}
 
 
 def rules_path(spec: Spec) -> str:

@@ -589,6 +589,25 @@ def scale_note(spec: Spec, other: str) -> str:
     return _ONE_OF.format(other=other) + target_note(spec)
 
 
+def scale_target(spec: Spec, model: Model) -> dict[str, str]:
+    """The model's Deployment, as every autoscaler's `scaleTargetRef` names it."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(spec, model)}
+
+
+def autoscaler_labels(spec: Spec, model: Model) -> dict[str, str]:
+    """The labels of every autoscaler of a model (reactive or predictive, HPA or ScaledObject)."""
+    return _labels(spec, "autoscaling", model)
+
+
+def external_metric(spec: Spec, model: Model, name: str, target: dict[str, str]) -> dict[str, Any]:
+    """An HPA metric reading prometheus-adapter's external metric `name` for one model of the service."""
+    matched = {schema.RULE_LABEL_SERVICE: spec.service, schema.RULE_LABEL_MODEL: model.name}
+    return {
+        "type": "External",
+        "external": {"metric": {"name": name, "selector": {"matchLabels": matched}}, "target": target},
+    }
+
+
 def hpa(spec: Spec, model: Model) -> dict[str, Any]:
     """An autoscaling/v2 HPA on the external scale-out metric (needs prometheus-adapter with `adapter_rules`)."""
     return {
@@ -596,29 +615,20 @@ def hpa(spec: Spec, model: Model) -> dict[str, Any]:
         "kind": "HorizontalPodAutoscaler",
         "metadata": {
             "name": deployment_name(spec, model),
-            "labels": _labels(spec, "autoscaling", model),
+            "labels": autoscaler_labels(spec, model),
             "annotations": {f"{DOMAIN}/note": scale_note(spec, "KEDA ScaledObject")},
         },
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(spec, model)},
+            "scaleTargetRef": scale_target(spec, model),
             "minReplicas": MIN_REPLICAS,
             "maxReplicas": MAX_REPLICAS,
             "metrics": [
-                {
-                    "type": "External",
-                    "external": {
-                        "metric": {
-                            "name": EXTERNAL_METRIC,
-                            "selector": {
-                                "matchLabels": {
-                                    schema.RULE_LABEL_SERVICE: spec.service,
-                                    schema.RULE_LABEL_MODEL: model.name,
-                                }
-                            },
-                        },
-                        "target": {"type": "Value", "value": quantity(spec.alerting.scale_out.fraction_of_slo)},
-                    },
-                }
+                external_metric(
+                    spec,
+                    model,
+                    EXTERNAL_METRIC,
+                    {"type": "Value", "value": quantity(spec.alerting.scale_out.fraction_of_slo)},
+                )
             ],
             "behavior": _behavior(spec),
         },
@@ -632,11 +642,11 @@ def scaled_object(spec: Spec, model: Model) -> dict[str, Any]:
         "kind": "ScaledObject",
         "metadata": {
             "name": deployment_name(spec, model),
-            "labels": _labels(spec, "autoscaling", model),
+            "labels": autoscaler_labels(spec, model),
             "annotations": {f"{DOMAIN}/note": scale_note(spec, "HorizontalPodAutoscaler")},
         },
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(spec, model)},
+            "scaleTargetRef": scale_target(spec, model),
             "minReplicaCount": MIN_REPLICAS,
             "maxReplicaCount": MAX_REPLICAS,
             "pollingInterval": 30,
