@@ -39,7 +39,7 @@ TAIL_BAR = 3.0
 
 
 ATTEMPTS = 3  # a level whose streams all arrived in one read each is measured again, at most this many times
-MEASUREMENTS = 2  # each calibrating and predicted level is measured this many times (_steadiest)
+MEASUREMENTS = 3  # each calibrating and predicted level is measured this many times (_steadiest)
 # A gap under this is two chunks read back to back (the API server starved, then flushing what it held), not two
 # tokens decoded apart: a decode step of this engine takes about 2 ms.
 COALESCED_GAP = 0.0005
@@ -93,11 +93,17 @@ def _level(server: VllmServer, users: int, per_word: float) -> tuple[ProbeLevel,
 
 
 def _steadiest(server: VllmServer, users: int, per_word: float) -> tuple[ProbeLevel, list[float], list[int]]:
-    """The level measured `MEASUREMENTS` times, keeping the run with the lowest median inter-token time: a stall of
-    the shared CPU (a 4-user level once read a 98 ms median against the usual 2 to 3 ms) only ever adds time, and
-    one stalled calibration level would skew every prediction."""
+    """The level measured `MEASUREMENTS` times. A stall of the shared CPU only ever adds time (a 4-user level once
+    read a 98 ms median inter-token time against the usual 2 to 3 ms; a 2-user level once read a 139 ms median
+    first token against the usual 10 to 30 ms, with its inter-token times unharmed), and one stalled calibration
+    level skews every prediction. So the inter-token times come from the run with the lowest median gap, and the
+    first tokens with their prompts from the run with the lowest median first token: each half from the run it
+    was least stalled in."""
     runs = [_level(server, users, per_word) for _ in range(MEASUREMENTS)]
-    return min(runs, key=lambda run: run[0].itl_p50)
+    gaps_run = min(runs, key=lambda run: run[0].itl_p50)
+    first_run = min(runs, key=lambda run: _quantile(list(run[0].ttft), 0.5))
+    level = ProbeLevel(users, gaps_run[0].itl_p50, list(first_run[0].ttft), first_run[2])
+    return level, gaps_run[1], first_run[2]
 
 
 def _quantile(values: list[float], q: float) -> float:
