@@ -19,6 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -231,55 +232,87 @@ def exporter_factory() -> Iterator[Any]:
         server.server_close()
 
 
-def _backfill_and_check(
-    spec: Spec, end: int, instances: dict[str, str], tmp_path: Path, prometheus_factory: Any
-) -> tuple[LocalPrometheus, Traffic, dict[str, dict[int, list[int]]]]:
-    """Backfill the faulty history ending at `end`, evaluate the rules over it, check every window against Python.
+@dataclass(frozen=True)
+class History:
+    """One model's backfilled history: it ends at `end`, and `instances` maps its replicas a and b to their
+    `instance` label."""
 
-    `instances` maps the replicas a and b to their `instance` label. Returns the (running) server.
-    """
+    model: str
+    end: int
+    instances: dict[str, str]
+
+
+def _backfill_and_check(
+    spec: Spec, histories: list[History], tmp_path: Path, prometheus_factory: Any
+) -> tuple[LocalPrometheus, list[tuple[Traffic, dict[str, dict[int, list[int]]]]]]:
+    """Backfill each model's faulty history ending at its own end, evaluate the rules over all of them at once,
+    and check every model's windows at its end against Python.
+
+    The histories share one server and one pass of the rules per level: each rule evaluation reads every model's
+    series, as in production, and the checks name each model's SLO by every label, so a term that mixed models
+    would show. Returns the (running) server and each history's traffic and samples, in order."""
     bounds = spec.buckets(schema.Sli.TTFT)
-    traffic = Traffic(end)
-    series = {r: traffic.samples(bounds, r) for r in ("a", "b")}
+    traffics = [Traffic(h.end) for h in histories]
+    all_series = [{r: traffic.samples(bounds, r) for r in ("a", "b")} for traffic in traffics]
 
     # -- raw history, backfilled.
     name = spec.latency_metric(schema.Sli.TTFT, spec.classes[0])
     finished = spec.metrics.requests_finished
     writer = OpenMetricsWriter()
     writer.family(name, "histogram")
+    rows: list[tuple[dict[str, str], int, list[int]]] = []
+    for history, series in zip(histories, all_series, strict=True):
+        for replica, samples in series.items():
+            labels = {**LABELS, "model": history.model, "job": JOB, "instance": history.instances[replica]}
+            rows += [(labels, t, counts) for t, counts in samples.items()]
+    for labels, t, counts in rows:
+        for bound, value in zip([*bounds, math.inf], counts, strict=True):
+            le = "+Inf" if math.isinf(bound) else format_le(bound)
+            writer.sample(name, f"{name}_bucket", {**labels, "le": le}, value, t)
+        writer.sample(name, f"{name}_count", labels, counts[-1], t)
     writer.family(finished.removesuffix("_total"), "counter")
-    for replica, samples in series.items():
-        labels = {**LABELS, "job": JOB, "instance": instances[replica]}
-        for t, counts in samples.items():
-            for bound, value in zip([*bounds, math.inf], counts, strict=True):
-                le = "+Inf" if math.isinf(bound) else format_le(bound)
-                writer.sample(name, f"{name}_bucket", {**labels, "le": le}, value, t)
-            writer.sample(name, f"{name}_count", labels, counts[-1], t)
-            writer.sample(finished.removesuffix("_total"), finished, {**labels, "finish_reason": "stop"},
-                          counts[-1], t)  # fmt: skip
+    for labels, t, counts in rows:
+        writer.sample(finished.removesuffix("_total"), finished, {**labels, "finish_reason": "stop"}, counts[-1], t)
     server: LocalPrometheus = prometheus_factory()
     backfill_openmetrics(writer.text(), server.data_dir, workdir=tmp_path)
 
     # -- the rules over that history, one dependency level at a time (each level reads the ones below it).
+    first = min(traffic.start for traffic in traffics) + 3600
+    last = max(h.end for h in histories)
     server.start()
     for depth, rules in enumerate(_levels(spec)):
         # One path for every level: a group's evaluation phase hashes its name and file, as in production.
         rule_file = _rule_file(tmp_path / "rules.yaml", rules, spec)
-        blocks = backfill_rules([rule_file], server, traffic.start + 3600, end, tmp_path / f"blocks{depth}")
+        blocks = backfill_rules([rule_file], server, first, last, tmp_path / f"blocks{depth}")
         server.stop()
         move_blocks(blocks, server.data_dir)
         server.start()
 
-    def at_end(record: str) -> float:
-        return server.query(record + "{" + ",".join(f'{k}="{v}"' for k, v in SLO.items()) + "}", at=end).scalar()
+    for history, traffic, series in zip(histories, traffics, all_series, strict=True):
+        _check_windows(spec, server, history, traffic, series)
+    return server, list(zip(traffics, all_series, strict=True))
 
-    # Every window equals the raw counters' events in Python, across the restart, the new replica and the missed
-    # scrapes (sample-delta tiles add up exactly), for 5m to 1d. Each record is compared at the time it was
-    # evaluated (the last evaluation at or before the end), read back with timestamp().
+
+def _check_windows(
+    spec: Spec, server: LocalPrometheus, history: History, traffic: Traffic, series: dict[str, dict[int, list[int]]]
+) -> None:
+    """Every window of one model at its history's end equals the raw counters' events in Python, across the
+    restart, the new replica and the missed scrapes (sample-delta tiles add up exactly), for 5m to 1d; its p99 and
+    same-hour baseline too."""
+    end = history.end
+    bounds = spec.buckets(schema.Sli.TTFT)
+    labels = {**SLO, "model": history.model}
+    slo = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    where = f"model {history.model}, end {time.strftime('%H:%M', time.gmtime(end))}"
+
+    def at_end(record: str) -> float:
+        return server.query(f"{record}{{{slo}}}", at=end).scalar()
+
+    # Each record is compared at the time it was evaluated (the last evaluation at or before the end), read back
+    # with timestamp().
     good_index = bounds.index(0.5)
     budget = 1 - 0.95
     both = list(series.values())
-    slo = ",".join(f'{k}="{v}"' for k, v in SLO.items())
     plans = {p.window: p for p in window_plans(spec)}
 
     def evaluated(window: float, at: float) -> int:
@@ -292,21 +325,21 @@ def _backfill_and_check(
         return int(when) if not blocks else evaluated(blocks[0].window, when)
 
     for window in CHECKED_WINDOWS:
-        w = prom_duration(window)
+        w = f"{prom_duration(window)}, {where}"
         when = evaluated(window, end)
         assert end - 300 < when <= end, w
         total, good = truth(both, when, window, -1), truth(both, when, window, good_index)
-        assert at_end(schema.record_sli_total(w)) == pytest.approx(total, rel=1e-9), w
-        assert at_end(schema.record_sli_good(w)) == pytest.approx(good, rel=1e-9), w
+        assert at_end(schema.record_sli_total(prom_duration(window))) == pytest.approx(total, rel=1e-9), w
+        assert at_end(schema.record_sli_good(prom_duration(window))) == pytest.approx(good, rel=1e-9), w
         ratio = (total - good) / total
-        assert at_end(schema.record_error_ratio(w)) == pytest.approx(ratio, rel=1e-9), w
-        assert at_end(schema.record_burn_rate(w)) == pytest.approx(ratio / budget, rel=1e-9), w
+        assert at_end(schema.record_error_ratio(prom_duration(window))) == pytest.approx(ratio, rel=1e-9), w
+        assert at_end(schema.record_burn_rate(prom_duration(window))) == pytest.approx(ratio / budget, rel=1e-9), w
 
     # The 1d error ratio is event-weighted: the mean of the hourly ratios would be far off with this traffic.
     total, good = truth(both, end, 86400, -1), truth(both, end, 86400, good_index)
     hourly = [(truth(both, end - h * 3600, 3600, -1), truth(both, end - h * 3600, 3600, good_index)) for h in range(24)]
     mean_of_ratios = sum((t - g) / t for t, g in hourly) / 24
-    assert abs(mean_of_ratios - (total - good) / total) > 0.05 * (total - good) / total
+    assert abs(mean_of_ratios - (total - good) / total) > 0.05 * (total - good) / total, where
 
     def p99(at: int) -> float:
         rates = [
@@ -316,13 +349,12 @@ def _backfill_and_check(
         return histogram_quantile(0.99, bounds, rates)
 
     quantile = server.query(
-        f'{schema.RECORD_LATENCY_QUANTILE}{{service="itest",quantile="0.99"}}', at=end
+        f'{schema.RECORD_LATENCY_QUANTILE}{{service="itest",model="{history.model}",quantile="0.99"}}', at=end
     ).scalar()  # fmt: skip
-    assert quantile == pytest.approx(p99(end), rel=1e-9)
+    assert quantile == pytest.approx(p99(end), rel=1e-9), where
     baseline = at_end(schema.RECORD_P99_BASELINE)
-    assert baseline == pytest.approx(p99(end - 86400), rel=1e-9)
-    assert 1.0 < baseline <= 1.5
-    return server, traffic, series
+    assert baseline == pytest.approx(p99(end - 86400), rel=1e-9), where
+    assert 1.0 < baseline <= 1.5, where
 
 
 @pytest.mark.prometheus
@@ -336,9 +368,8 @@ def test_recorded_values_match_python_on_real_prometheus(
     # The exporter serving replica a live is started first: its target address is replica a's `instance`.
     port, handler = exporter_factory({"bounds": bounds})
     end = int(time.time()) // 60 * 60 - 600
-    server, traffic, series = _backfill_and_check(
-        spec, end, {"a": f"127.0.0.1:{port}", "b": "127.0.0.1:1"}, tmp_path, prometheus_factory
-    )
+    history = History("m1", end, {"a": f"127.0.0.1:{port}", "b": "127.0.0.1:1"})
+    server, [(traffic, series)] = _backfill_and_check(spec, [history], tmp_path, prometheus_factory)
     baseline = server.query(schema.RECORD_P99_BASELINE + '{service="itest"}', at=end).scalar()
 
     # -- live: the exporter continues replica a's counters; Prometheus scrapes it and runs the rules itself.
@@ -374,23 +405,29 @@ def test_recorded_values_match_python_on_real_prometheus(
     assert live_baseline == pytest.approx(baseline, rel=1e-9)  # yesterday's slow half hour, read at offset 1d
 
 
-# Fixed ends at different hours of a day and minutes of an hour: the windows must match Python at every one.
+# Fixed ends at different hours of a day and minutes of an hour: the windows must match Python at every one. Each
+# end is one model's history (a day and two hours before it); the five share one server and one pass of the rules.
 DAY = 1764560400  # 2025-12-01 03:40 UTC
-PINNED_ENDS = tuple(  # every minute of a 5m tile (0 to 4) once, at hours spread over a day (each end is a day's
-    # backfill, 13 rule levels deep: about 30 s)
-    DAY + h * 3600 + m * 60
-    for h, m in ((0, 0), (1, 31), (7, 17), (15, 14), (23, 8))
+PINNED_ENDS = tuple(  # every minute of a 5m tile (0 to 4) once, at hours spread over a day
+    DAY + h * 3600 + m * 60 for h, m in ((0, 0), (1, 31), (7, 17), (15, 14), (23, 8))
+)
+PINNED_SPEC = SPEC.replace(
+    "models: [{name: m1, max_num_seqs: 8}]",
+    "models: [" + ", ".join(f"{{name: m{i}, max_num_seqs: 8}}" for i in range(1, len(PINNED_ENDS) + 1)) + "]",
 )
 
 
 @pytest.mark.prometheus
 @pytest.mark.slow
-@pytest.mark.timeout(420)
-@pytest.mark.parametrize("end", PINNED_ENDS, ids=lambda e: time.strftime("%H:%M", time.gmtime(e)))
-def test_recorded_windows_match_python_at_pinned_hours(tmp_path: Path, prometheus_factory: Any, end: int) -> None:
-    spec = load_spec_text(SPEC, "itest.yaml")
-    server, _, _ = _backfill_and_check(spec, end, {"a": "10.0.0.1:8000", "b": "10.0.0.2:8000"}, tmp_path,
-                                       prometheus_factory)  # fmt: skip
+@pytest.mark.timeout(600)
+def test_recorded_windows_match_python_at_pinned_hours(tmp_path: Path, prometheus_factory: Any) -> None:
+    spec = load_spec_text(PINNED_SPEC, "itest.yaml")
+    assert len(spec.models) == len(PINNED_ENDS)
+    histories = [
+        History(f"m{i}", end, {"a": f"10.0.{i}.1:8000", "b": f"10.0.{i}.2:8000"})
+        for i, end in enumerate(PINNED_ENDS, 1)
+    ]
+    server, _ = _backfill_and_check(spec, histories, tmp_path, prometheus_factory)
     server.stop()
 
 
