@@ -39,8 +39,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 SCHEMA = 1
-# Which benchmark measures which files (globs relative to the repository root). A results file is stale when any
-# of these changed; keep each list to what the figures depend on, plus the benchmark itself.
+# Which benchmark measures which files (globs relative to the repository root; a glob after `!` takes files out). A
+# results file is stale when any of these changed; keep each list to what the figures depend on, plus the benchmark
+# itself. The mutation harness sits among the generators but no benchmark runs it.
 SOURCES: Mapping[str, tuple[str, ...]] = {
     "exporter_overhead": (
         "bench/exporter_overhead.py",
@@ -50,9 +51,27 @@ SOURCES: Mapping[str, tuple[str, ...]] = {
     ),
     "soak": ("bench/soak.py", "tests/memory_probe.py", "slokit/exporters/vllm.py", "slokit/exporters/classes.py"),
     "probe_accuracy": ("bench/probe_accuracy.py", "slokit/probe/*.py", "slokit/local/emulator.py"),
-    "rule_cost": ("bench/rule_cost.py", "slokit/generate/*.py", "slokit/promql.py", "slokit/schema.py"),
-    "rule_cost_realistic": ("bench/rule_cost.py", "slokit/generate/*.py", "slokit/promql.py", "slokit/schema.py"),
-    "fleet": ("bench/fleet.py", "slokit/fleet.py", "slokit/generate/**/*.py", "slokit/schema.py"),
+    "rule_cost": (
+        "bench/rule_cost.py",
+        "slokit/generate/*.py",
+        "!slokit/generate/mutants.py",
+        "slokit/promql.py",
+        "slokit/schema.py",
+    ),
+    "rule_cost_realistic": (
+        "bench/rule_cost.py",
+        "slokit/generate/*.py",
+        "!slokit/generate/mutants.py",
+        "slokit/promql.py",
+        "slokit/schema.py",
+    ),
+    "fleet": (
+        "bench/fleet.py",
+        "slokit/fleet.py",
+        "slokit/generate/**/*.py",
+        "!slokit/generate/mutants.py",
+        "slokit/schema.py",
+    ),
     "autoscale": (
         "bench/autoscale.py",
         "slokit/autoscale/*.py",
@@ -81,10 +100,19 @@ def source_files(name: str, root: Path = ROOT) -> list[str]:
         patterns = SOURCES[name]
     except KeyError:
         raise ResultsError(f"unknown benchmark {name!r}; known: {', '.join(sorted(SOURCES))}") from None
-    found = {p.relative_to(root).as_posix() for pattern in patterns for p in root.glob(pattern) if p.is_file()}
+    found = _matching(patterns, root) - excluded_files(name, root)
     if not found:
         raise ResultsError(f"benchmark {name!r} names no existing source file ({patterns})")
     return sorted(found)
+
+
+def _matching(patterns: Iterable[str], root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for pattern in patterns for p in root.glob(pattern) if p.is_file()}
+
+
+def excluded_files(name: str, root: Path = ROOT) -> set[str]:
+    """The files benchmark `name`'s `!` globs take out of its sources (they never count as measured)."""
+    return _matching((p[1:] for p in SOURCES.get(name, ()) if p.startswith("!")), root)
 
 
 def hash_sources(paths: Iterable[str], root: Path = ROOT) -> dict[str, Any]:
@@ -93,8 +121,12 @@ def hash_sources(paths: Iterable[str], root: Path = ROOT) -> dict[str, Any]:
     for path in sorted(paths):
         target = root / path
         files[path] = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else ""
-    combined = hashlib.sha256("".join(f"{p}\0{h}\n" for p, h in files.items()).encode()).hexdigest()
-    return {"files": files, "hash": combined}
+    return {"files": files, "hash": combined_hash(files)}
+
+
+def combined_hash(files: Mapping[str, str]) -> str:
+    """The one hash over every path and its file's hash, in path order (a results file's `sources.hash`)."""
+    return hashlib.sha256("".join(f"{p}\0{files[p]}\n" for p in sorted(files)).encode()).hexdigest()
 
 
 def _git(*args: str) -> str:
@@ -235,7 +267,7 @@ def stale_sources(data: Mapping[str, Any], root: Path = ROOT) -> list[str]:
     recorded = (data.get("sources") or {}).get("files") or {}
     name = str(data.get("name", ""))
     now = set(source_files(name, root)) if name in SOURCES else set()
-    current = hash_sources(set(recorded) | now, root)["files"]
+    current = hash_sources((set(recorded) | now) - excluded_files(name, root), root)["files"]
     return sorted(p for p, h in current.items() if recorded.get(p) != h)
 
 
