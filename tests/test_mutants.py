@@ -112,6 +112,8 @@ def test_deleted_record_and_changed_for() -> None:
 # runs the same generated tests of the same examples on the unmutated rules (they must pass), and that run cost as
 # much as all the mutants that die in the cheap scenarios. Were the unmutated rules to fail their tests, every
 # mutant here would read as killed, and test_promtool_rules.py would fail.
+# They run one promtool at a time (`workers=1`): the suite's other worker needs the second core, often for the
+# vLLM engine whose latencies its tests time.
 
 
 @pytest.mark.prometheus
@@ -124,7 +126,7 @@ def test_generated_tests_kill_a_changed_burn_factor_and_a_moved_tier_bucket(prom
     factor = next(x for x in everything if x.rule_name == alerts.NAME_BURN and x.operator == "number")
     tier = next(x for x in everything if x.rule_name in (alerts.NAME_CRITICAL, alerts.NAME_ACCEPTABLE)
                 and x.operator == "le")  # fmt: skip
-    report = m.run_mutants(spec, 2, mutants=[factor, tier], check_baseline=False)  # see _NO_BASELINE
+    report = m.run_mutants(spec, 2, mutants=[factor, tier], workers=1, check_baseline=False)  # see _NO_BASELINE
     assert [o.status for o in report.outcomes] == ["killed", "killed"], [
         (o.mutant.description, o.status) for o in report.outcomes
     ]
@@ -164,7 +166,8 @@ def assistant_report() -> tuple[m.Report, list[m.Mutant], list[m.Mutant]]:
     named = _named_assistant_mutants()
     sampled = m.sample(m.all_mutants(spec, rule_groups(spec)), SAMPLE, seed=SEED)
     chosen = list({x.index: x for x in [*named, *sampled]}.values())
-    return m.run_mutants(spec, len(chosen), mutants=chosen, check_baseline=False), named, sampled  # _NO_BASELINE
+    report = m.run_mutants(spec, len(chosen), mutants=chosen, workers=1, check_baseline=False)  # _NO_BASELINE
+    return report, named, sampled
 
 
 def _outcomes(report: m.Report, mutants: list[m.Mutant]) -> m.Report:
