@@ -218,3 +218,11 @@ def test_rules_that_fail_their_own_tests_run_no_mutant(promtool_path: str, monke
     report = m.run_mutants(spec, 2)
     assert not report.baseline_ok and report.outcomes == []
     assert "vector(1)" in report.baseline_output
+
+
+def test_a_quantile_matcher_is_not_moved_as_a_bucket() -> None:
+    """`quantile="0.99"` ends in `le="0.99"`: only the `le` label is moved to a neighbouring bucket."""
+    spec = _spec("summarize")
+    expr = 'max without (quantile) (x{quantile="0.99"}) > on () y_bucket{le="1.0"}'
+    moved = [d for op, d, _ in m.expr_mutations(expr, spec) if op == "le"]
+    assert moved and all(d.startswith('le="1.0"') for d in moved), moved

@@ -126,7 +126,7 @@ _RANGE = re.compile(r"\[(\d+[smhdwy][\dsmhdwy]*)(?::[^\]]*)?\]")
 _OFFSET = re.compile(r"\s+offset\s+(\d+[smhdwy][\dsmhdwy]*)")
 _COMPARISON = re.compile(r"(>=|<=|==|!=|>|<)")
 _SET_OP = re.compile(r"\b(and|or|unless)\b")
-_LE = re.compile(r'le(=~|=)"((?:[^"\\]|\\.)*)"')
+_LE = re.compile(r'(?<![\w])le(=~|=)"((?:[^"\\]|\\.)*)"')  # the `le` label, not the end of `quantile`
 _SELECTOR = re.compile(r"([a-zA-Z_:][\w:]*)\s*(\{[^}]*\})?")
 _EQ = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 

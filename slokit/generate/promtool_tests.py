@@ -1025,6 +1025,7 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
             *rest(_slo_groups(spec, all_rules)), *rest(_boundary_groups(spec, all_rules)),
             *rest(baseline), *rest(_restart_groups(spec, all_rules)),
             *rest(_engine_groups(spec, all_rules)), *rest(_engine_boundary_groups(spec, all_rules)),
+            *rest(_queue_window_groups(spec)),
             *rest(_consistency_groups(spec, all_rules)),
             *_absent_groups(spec, all_rules), *_exporter_gone_groups(spec, all_rules),
             *rest(_failure_groups(spec, all_rules)), *_parameter_groups(spec, all_rules), *rest(long_windows),
@@ -1554,6 +1555,44 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
     groups = [{"name": "engines just over every threshold for 22m, then just under", "interval": "1m",
                "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
     return groups + _engine_cause_groups(spec, all_rules)
+
+
+# The queue maxima's window, checked at an evaluation `QUEUE_PEAK_AGO` seconds after a peak and `QUEUE_OLD_AGO`
+# after a higher one, from gauges sampled every `QUEUE_SAMPLE` seconds: only a one-minute window holds the peak and
+# not the older one. Neither peak sits on the window's edge, where Prometheus 2 (closed) and 3 (left-open) differ.
+QUEUE_SAMPLE, QUEUE_PEAK_AGO, QUEUE_OLD_AGO = 15, 45, 90
+
+
+def _queue_window_groups(spec: Spec) -> list[dict[str, Any]]:
+    """The engine queue records are the maxima of the last minute, per model: each gauge sampled every 15s at a
+    base level, with a peak 45s before an evaluation and a higher one 90s before it; at that evaluation the record
+    is the peak (a 30s window would miss it, a 2m window would read the older one, a minimum the base level). Each
+    tested model's levels are its own, so a record that mixed models reads another's."""
+    metrics = spec.metrics
+    signals = [(record, metric) for record, metric in ((schema.RECORD_QUEUE_WAITING, metrics.requests_waiting),
+                                                        (schema.RECORD_QUEUE_RUNNING, metrics.requests_running))
+               if metric is not None]  # fmt: skip
+    if not signals:
+        return []
+    step = _STEP.get()
+    at = math.ceil(2 * QUEUE_OLD_AGO / step) * step  # an evaluation with the older peak well inside the history
+    samples = at // QUEUE_SAMPLE + 4
+    inputs: list[dict[str, str]] = []
+    tests: list[dict[str, Any]] = []
+    for k, model in enumerate(_tested_specs(spec), 1):
+        base, peak, older = k, 3 * k, 5 * k
+        levels = [float(base)] * samples
+        levels[(at - QUEUE_PEAK_AGO) // QUEUE_SAMPLE] = float(peak)
+        levels[(at - QUEUE_OLD_AGO) // QUEUE_SAMPLE] = float(older)
+        m = [(key, "=", value) for key, value in _raw_labels(spec, model.name, None).items()]
+        for record, metric in signals:
+            inputs.append({"series": selector(metric, m), "values": " ".join(number(v) for v in levels)})
+            where = [(schema.RULE_LABEL_SERVICE, "=", spec.service), (schema.RULE_LABEL_MODEL, "=", model.name)]
+            tests.append({"expr": f"max({selector(record, where)})", "eval_time": f"{at}s",
+                          "exp_samples": [{"value": peak}]})  # fmt: skip
+    return [{"name": f"engine queue gauges every {QUEUE_SAMPLE}s: the 1m maxima hold the peak {QUEUE_PEAK_AGO}s "
+                     f"ago, not the higher one {QUEUE_OLD_AGO}s ago", "interval": f"{QUEUE_SAMPLE}s",
+             "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
 
 
 def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
