@@ -791,14 +791,32 @@ def _failure_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str
     ]  # fmt: skip
 
 
+def _gone_times(step: int) -> tuple[int, int, int]:
+    """(minutes of traffic, a quiet check, a firing check in seconds) of the exporter-gone scenario: the series
+    stop after the first, the quiet check is an evaluation between 0.6 and 1 window (ABSENT_FOR) after the last
+    sample, the firing check one between 1 and 1.25 windows after it, neither within 30s of either edge (where
+    Prometheus 2 and 3 differ). A window halved or cut by a quarter fires at the first; one a quarter longer or
+    doubled stays quiet at the second."""
+    window, margin = alerts_mod.ABSENT_FOR, 30.0
+    for served_for in range(30, 30 + 2 * step // 60 + 2):
+        last = served_for * 60.0
+        quiet = [t for t in range(0, int(last + 2 * window), step) if last + 0.6 * window + margin <= t
+                 <= last + window - margin]  # fmt: skip
+        firing = [t for t in range(0, int(last + 2 * window), step) if last + window + margin <= t
+                  <= last + 1.25 * window - margin]  # fmt: skip
+        if quiet and firing:
+            return served_for, quiet[-1], firing[0]
+    raise AssertionError(f"no exporter-gone check times at a {step}s step")
+
+
 def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Exporter gone: a model that served traffic loses every series and pages; one that never had traffic not."""
     rules = [r for r in all_rules if r.kind is AlertKind.EXPORTER_GONE]
     if not rules:
         return []
-    served_for, missing_for = 30, 50
+    served_for, quiet_at, at = _gone_times(_STEP.get())
+    missing_for = 50
     minutes = served_for + missing_for
-    at = (served_for + 15) * 60  # 10m without a sample, then the first evaluation after
 
     def vanish(per_minute: float, _: int) -> str:
         return f"0+{number(per_minute)}x{served_for} _x{missing_for}"
@@ -824,9 +842,10 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
 
     firing = [{"eval_time": _dur(at), "alertname": alerts_mod.NAME_EXPORTER_GONE,
                "exp_alerts": [_expected(r, *value(r)) for r in rules]}]  # fmt: skip
-    still = [{"eval_time": _dur(served_for * 60 + 300), "alertname": alerts_mod.NAME_EXPORTER_GONE}]
+    still = [{"eval_time": _dur(quiet_at), "alertname": alerts_mod.NAME_EXPORTER_GONE}]
     # 45m after the last sample the model still served traffic within the last hour: still paging
-    firing.append({**firing[0], "eval_time": _dur((served_for + 45) * 60)})
+    later = math.floor((served_for + 45) * 60 / _STEP.get()) * _STEP.get()
+    firing.append({**firing[0], "eval_time": _dur(later)})
     return [
         {"name": f"exporters gone: every series stops after {served_for}m of traffic; the model pages",
          "interval": "1m", "input_series": served, "alert_rule_test": still + firing},
