@@ -278,7 +278,6 @@ RECORD_ERROR_BUDGET_REMAINING: Final = "slokit:error_budget_remaining:ratio"  # 
 RECORD_OBJECTIVE: Final = "slokit:objective:ratio"  # e.g. 0.95
 RECORD_LATENCY_BUCKET_RATE: Final = "slokit_engine:latency_bucket:rate5m"  # le, slo, model, class, replica, engine
 RECORD_LATENCY_QUANTILE: Final = "slokit:latency_seconds:quantile5m"  # quantile, slo, model, class
-RECORD_ENGINE_LATENCY_QUANTILE: Final = "slokit_engine:latency_seconds:quantile5m"  # + engine
 RECORD_P99_BASELINE: Final = "slokit:latency_seconds:p99_baseline"  # same hour of day, offset (or 7-day median)
 RECORD_REQUEST_RATE: Final = "slokit:requests:rate5m"  # requests/s finishing, per model and class
 RECORD_CONSISTENCY: Final = "slokit:latency_p99_over_p50:ratio5m"  # interpolated (dashboards only)

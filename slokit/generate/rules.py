@@ -431,27 +431,27 @@ def _quantile_rules(spec: Spec) -> list[RecordingRule]:
         f"({selector(schema.RECORD_LATENCY_BUCKET_RATE, matchers)})"
         for matchers, _ in parts[1:]
     )
+    # Per model and class only: the dashboards compute per-engine quantiles at query time from the bucket rates,
+    # and no alert reads them, so recording them would cost a histogram aggregation per quantile at every evaluation.
     rules: list[RecordingRule] = []
-    per_engine = (*spec.alerting.replica_labels, schema.RULE_LABEL_ENGINE)
-    for record, extra in ((schema.RECORD_LATENCY_QUANTILE, ()), (schema.RECORD_ENGINE_LATENCY_QUANTILE, per_engine)):
-        keys = [*SLO_LABELS, *extra]
-        on = f"on ({', '.join(keys)})"
-        for q in sorted(quantiles):
-            exprs = []
-            for matchers, scale in parts:
-                rates = selector(schema.RECORD_LATENCY_BUCKET_RATE, matchers)
-                totals = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, INF_MATCHER])
-                # Only where the window saw requests: histogram_quantile of all-zero buckets is NaN.
-                expr = (
-                    f"histogram_quantile({number(q)}, sum {promql.by([*keys, 'le'])} ({rates}) "
-                    f"and {on} (sum {promql.by(keys)} ({totals}) > 0))"
-                )
-                if scale != 1.0:
-                    expr = f"{expr} * {number(scale)}"
-                elif others:
-                    expr = f"({expr}\nunless on ({schema.RULE_LABEL_CLASS}, {schema.RULE_LABEL_SLO}) ({others}))"
-                exprs.append(expr)
-            rules.append(RecordingRule(record, _union(exprs), {"quantile": number(q)}))
+    keys = list(SLO_LABELS)
+    on = f"on ({', '.join(keys)})"
+    for q in sorted(quantiles):
+        exprs = []
+        for matchers, scale in parts:
+            rates = selector(schema.RECORD_LATENCY_BUCKET_RATE, matchers)
+            totals = selector(schema.RECORD_LATENCY_BUCKET_RATE, [*matchers, INF_MATCHER])
+            # Only where the window saw requests: histogram_quantile of all-zero buckets is NaN.
+            expr = (
+                f"histogram_quantile({number(q)}, sum {promql.by([*keys, 'le'])} ({rates}) "
+                f"and {on} (sum {promql.by(keys)} ({totals}) > 0))"
+            )
+            if scale != 1.0:
+                expr = f"{expr} * {number(scale)}"
+            elif others:
+                expr = f"({expr}\nunless on ({schema.RULE_LABEL_CLASS}, {schema.RULE_LABEL_SLO}) ({others}))"
+            exprs.append(expr)
+        rules.append(RecordingRule(schema.RECORD_LATENCY_QUANTILE, _union(exprs), {"quantile": number(q)}))
     return rules
 
 
