@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+import yaml
 
 from slokit import schema
 from slokit.generate import alerts
@@ -226,3 +227,75 @@ def test_a_quantile_matcher_is_not_moved_as_a_bucket() -> None:
     expr = 'max without (quantile) (x{quantile="0.99"}) > on () y_bucket{le="1.0"}'
     moved = [d for op, d, _ in m.expr_mutations(expr, spec) if op == "le"]
     assert moved and all(d.startswith('le="1.0"') for d in moved), moved
+
+
+def _mutant_of(spec, record: str, operator: str) -> m.Mutant:  # type: ignore[no-untyped-def]
+    return next(x for x in m.all_mutants(spec, rule_groups(spec)) if x.rule_name == record and x.operator == operator)
+
+
+def test_a_mutant_is_seen_by_the_rules_that_read_it_to_the_end_of_the_chain() -> None:
+    """What a mutant can change: its rule's output, every record and alert that reads it (tiles of tiles), and
+    through ALERTS the alerts that stand aside for a page; nothing that reads none of these."""
+    spec = _spec("assistant")
+    groups = rule_groups(spec)
+    tile = m.affected_names(groups, _mutant_of(spec, schema.record_sli_total("5m"), "offset"))
+    assert tile is not None
+    assert {schema.record_sli_total("3d"), schema.record_burn_rate("1h"), alerts.NAME_BURN, "ALERTS"} <= tile
+    assert alerts.NAME_QUEUE in tile  # it stands aside while a page fires: it reads ALERTS
+    assert schema.RECORD_LATENCY_BUCKET_RATE not in tile and schema.RECORD_MAX_NUM_SEQS not in tile
+    engine = m.affected_names(groups, _mutant_of(spec, schema.RECORD_MAX_NUM_SEQS, "number"))
+    assert engine is not None and alerts.NAME_QUEUE in engine and schema.record_sli_total("5m") not in engine
+
+
+def test_a_test_group_is_run_for_a_mutant_only_when_a_check_reads_what_it_changes() -> None:
+    affected = {"a:record", "SlokitX", "ALERTS"}
+    reads = {"promql_expr_test": [{"expr": 'sum by (x) (a:record{le="b:record"})', "eval_time": "1m"}]}
+    other = {"promql_expr_test": [{"expr": 'b:record{label="a:record"}', "eval_time": "1m"}]}
+    alert = {"alert_rule_test": [{"alertname": "SlokitX", "eval_time": "1m"}]}
+    anything = {"promql_expr_test": [{"expr": 'count({__name__=~"b:.*"})', "eval_time": "1m"}]}
+    assert m.observes(reads, affected) and m.observes(alert, affected) and m.observes(anything, affected)
+    assert not m.observes(other, affected)  # a name inside a quoted label value is not a read
+    assert m.observes(other, None)
+
+
+@pytest.mark.prometheus
+def test_the_test_groups_a_mutant_leaves_out_pass_against_it(promtool_path: str, tmp_path: Path) -> None:
+    """The pruning is safe: a group left out of a mutant's run evaluates the same checks with or without it. Here
+    the groups of the cheapest part of the example's tests that a changed preemption window cannot be seen by pass
+    against the mutated rules on real promtool, and those it can be seen by fail."""
+    from slokit.generate import promtool_tests
+    from slokit.generate.rules import rules_path
+    from slokit.generate.writer import to_yaml
+    from slokit.local.prometheus import run_rule_tests
+
+    spec = _spec("assistant")
+    groups = rule_groups(spec)
+    mutant = _mutant_of(spec, "slokit_engine:preemptions:rate5m", "range")
+    affected = m.affected_names(groups, mutant)
+    unit = promtool_tests.unit_tests(spec)
+    (tmp_path / rules_path(spec).removeprefix("rules/")).write_text(to_yaml(m.mutated_rule_file(groups, mutant)))
+    cheapest = m.by_cost(unit)["tests-1.yaml"]["tests"]
+    seen = [g for g in cheapest if m.observes(g, affected)]
+    unseen = [g for g in cheapest if not m.observes(g, affected)]
+    assert seen and unseen
+    for name, part in (("unseen.yaml", unseen), ("seen.yaml", seen)):
+        (tmp_path / name).write_text(to_yaml({**unit, "tests": part}))
+    assert run_rule_tests([tmp_path / "unseen.yaml"]).ok
+    assert not run_rule_tests([tmp_path / "seen.yaml"]).ok
+
+
+def test_a_mutant_s_test_files_are_the_groups_it_is_seen_by_in_their_order() -> None:
+    spec = _spec("summarize")
+    from slokit.generate import promtool_tests
+
+    units = m.by_cost(promtool_tests.unit_tests(spec))
+    files = m._test_files(units)
+    affected = m.affected_names(rule_groups(spec), _mutant_of(spec, schema.RECORD_MAX_NUM_SEQS, "number"))
+    cut = m.tests_for(files, affected)
+    assert cut and len(cut) <= len(units)
+    for name, text in cut.items():
+        parsed = yaml.safe_load(text)
+        expected = [g for g in units[name]["tests"] if m.observes(g, affected)]
+        assert parsed == {**units[name], "tests": expected}
+    whole = m.tests_for(files, None)
+    assert {name: yaml.safe_load(text) for name, text in whole.items()} == units

@@ -15,7 +15,10 @@ Each mutant belongs to alert families (`FAMILY_OF_KIND`): an alert's own, or for
 whose alerts read the record (through other records, label by label). Mutants no alert reads (dashboard-only
 records) are left out. The sample is deterministic for a seed: stratified over the families, round robin.
 
-Pure functions build and sample mutants; `run_mutants` runs them (promtool, two workers, a time limit each).
+Pure functions build and sample mutants; `run_mutants` runs them (promtool, two workers, a time limit each). A
+mutant runs only the test groups that can see it: those with a check (an alert, or a PromQL expression) that reads
+a series the mutated rule writes, directly or through the rules that read it (`affected_names`). A group that
+reads none of them evaluates the same values with or without the mutant, so it cannot fail on it.
 """
 
 from __future__ import annotations
@@ -424,6 +427,83 @@ def mutated_rule_file(groups: Sequence[RuleGroup], mutant: Mutant) -> dict[str, 
 # ==============================================================================================================
 # Running
 # ==============================================================================================================
+_NAME_OF_EVERYTHING: Final = "__name__"
+ALERT_SERIES: Final = ("ALERTS", "ALERTS_FOR_STATE")
+
+
+def _names_in(expr: str) -> set[str] | None:
+    """Every series name `expr` could read (with function names, keywords and grouping labels beside them, which
+    match no series name); None when it selects by `__name__`, that is, could read any series."""
+    stripped = _QUOTED.sub('""', expr)
+    if _NAME_OF_EVERYTHING in stripped:
+        return None
+    return {m.group(1) for m in _SELECTOR.finditer(stripped)}
+
+
+def affected_names(groups: Sequence[RuleGroup], mutant: Mutant) -> set[str] | None:
+    """The series names whose values the mutant can change: the mutated rule's output and, to a fixed point, the
+    output of every rule that reads one of them (an alert's output is ALERTS and ALERTS_FOR_STATE, which alerts
+    that stand aside for a page read). None when some rule reads any series by `__name__`."""
+
+    def writes(rule: RecordingRule | AlertRule) -> set[str]:
+        return {rule.record} if isinstance(rule, RecordingRule) else {rule.name, *ALERT_SERIES}
+
+    affected = writes(groups[mutant.group].rules[mutant.rule])
+    # An alert's annotations are templates, which may query series too.
+    readers = [
+        (rule, _names_in(" ".join([rule.expr, *getattr(rule, "annotations", {}).values()])))
+        for group in groups
+        for rule in group.rules
+    ]
+    if any(names is None for _, names in readers):
+        return None
+    grew = True
+    while grew:
+        grew = False
+        for rule, names in readers:
+            if names and names & affected and not writes(rule) <= affected:
+                affected |= writes(rule)
+                grew = True
+    return affected
+
+
+def observes(test_group: Mapping[str, Any], affected: set[str] | None) -> bool:
+    """Whether a promtool test group checks a series in `affected` (None: every series)."""
+    if affected is None:
+        return True
+    if any(check["alertname"] in affected for check in test_group.get("alert_rule_test", ())):
+        return True
+    for check in test_group.get("promql_expr_test", ()):
+        names = _names_in(check["expr"])
+        if names is None or names & affected:
+            return True
+    return False
+
+
+def _test_files(units: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, list[tuple[Mapping[str, Any], str]]]]:
+    """Each test file as (name, its text without the groups, [(group, the group's text)]), rendered once, so that a
+    mutant's files are put together from the groups it can be seen by without rendering them again."""
+    from slokit.generate.writer import to_yaml
+
+    out = []
+    for name, unit in units.items():
+        head = to_yaml({key: value for key, value in unit.items() if key != "tests"}) + "tests:\n"
+        out.append((name, head, [(group, to_yaml([group])) for group in unit["tests"]]))
+    return out
+
+
+def tests_for(
+    files: Sequence[tuple[str, str, Sequence[tuple[Mapping[str, Any], str]]]], affected: set[str] | None
+) -> dict[str, str]:
+    """name -> text of each test file cut down to the groups that observe `affected`; files left empty are left out."""
+    out = {}
+    for name, head, groups in files:
+        kept = [text for group, text in groups if observes(group, affected)]
+        if kept:
+            out[name] = head + "".join(kept)
+    return out
+
+
 def _run_one(
     rules_text: str, tests: Mapping[str, str], rules_name: str, timeout: float
 ) -> tuple[str, float, str]:  # fmt: skip
@@ -502,10 +582,12 @@ def run_mutants(
 
     groups = rule_groups(spec)
     rules_name = rules_path(spec).removeprefix("rules/")
-    tests = {name: to_yaml(part) for name, part in by_cost(promtool_tests.unit_tests(spec)).items()}
+    units = by_cost(promtool_tests.unit_tests(spec))
     counters = counter_tests.unit_tests(spec)
     if counters is not None:  # first: it runs in seconds and fails most mutants of the counting
-        tests = {"counters.yaml": to_yaml(counters), **tests}
+        units = {"counters.yaml": counters, **units}
+    files = _test_files(units)
+    tests = tests_for(files, None)
     chosen = list(mutants) if mutants is not None else sample(all_mutants(spec, groups), n, seed)
     report = Report()
     if check_baseline:
@@ -516,7 +598,7 @@ def run_mutants(
 
     def one(mutant: Mutant) -> Outcome:
         text = to_yaml(mutated_rule_file(groups, mutant))
-        status, seconds, output = _run_one(text, tests, rules_name, timeout)
+        status, seconds, output = _run_one(text, tests_for(files, affected_names(groups, mutant)), rules_name, timeout)
         return Outcome(mutant, status, seconds, output)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -525,6 +607,7 @@ def run_mutants(
 
 
 __all__ = [
-    "FAMILIES", "FAMILY_OF_KIND", "Mutant", "Outcome", "Report", "all_mutants", "by_cost", "expr_mutations",
-    "mutated_rule_file", "rule_families", "rule_mutations", "run_mutants", "sample",
+    "FAMILIES", "FAMILY_OF_KIND", "Mutant", "Outcome", "Report", "affected_names", "all_mutants", "by_cost",
+    "expr_mutations", "mutated_rule_file", "observes", "rule_families", "rule_mutations", "run_mutants", "sample",
+    "tests_for",
 ]  # fmt: skip
