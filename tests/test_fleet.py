@@ -235,3 +235,20 @@ def test_the_long_windows_run_beside_the_baseline_on_a_class_it_leaves_free(tmp_
     done = subprocess.run([promtool_path, "test", "rules", "merged.test.yaml"], cwd=tmp_path / "rules",
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_the_second_tested_model_of_a_class_writes_go_s_spelling_of_integer_bounds() -> None:
+    """client_python writes `1.0`, Go `1`; the rules read both. In the generated tests the first tested model of a
+    class writes the one and the second the other, so a rule, or a bucket-boundary series, that knows one spelling
+    only fails on one of them."""
+    spec = load_spec_text(fleet_spec_yaml(4, "slokit"), "fleet.yaml")
+    unit = promtool_tests.unit_tests(spec)
+    spelled: dict[str, set[str]] = {}
+    for group in unit["tests"]:
+        for series in group["input_series"]:
+            found = re.search(r'model="([^"]+)".*le="(\d+(?:\.0)?)"', series["series"])
+            if found:
+                spelled.setdefault(found.group(1), set()).add("go" if found.group(2).isdigit() else "python")
+    chat = next(rc for rc in spec.classes if rc.name == "chat")
+    first, second = promtool_tests.tested_of(spec, chat)[:2]
+    assert spelled[first] == {"python"} and spelled[second] == {"go"}, spelled

@@ -27,10 +27,10 @@ from slokit.generate import alerts as alerts_mod
 from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule
 from slokit.generate.rules import BASE_WINDOW, BASELINE_QUANTILE, failure_terms, model_facts, rule_groups, rules_path
-from slokit.promql import histogram_quantile, number, selector
+from slokit.promql import histogram_quantile, le_spellings, number, selector
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
-from slokit.units import format_le, parse_duration, prom_duration
+from slokit.units import parse_duration, prom_duration
 
 # Seconds between evaluations in the tests. Production specs wait hours (`for: 3h` on the slow ticket tier), so
 # their tests step every 5m: a `for` is then checked as "pending at activation, firing at the first 5m step after
@@ -195,10 +195,6 @@ def _histogram_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli, replic
     return labels
 
 
-def _le_text(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> str:
-    return format_le(spec.histogram(rc, sli).le_for(seconds))
-
-
 def _histogram_inputs(
     spec: Spec, model: str, rc: RequestClass, sli: Sli, scenario: Scenario | None, minutes: int,
     values: Callable[[float, int], str] | None = None, bounds: Sequence[float] | None = None,
@@ -211,6 +207,7 @@ def _histogram_inputs(
     bounds = spec.histogram_buckets(rc, sli) if bounds is None else bounds
     name = spec.histogram(rc, sli).name
     base = _histogram_labels(spec, model, rc, sli)
+    write = _le_writer(spec, rc, sli, model)
     if scenario is None:
         per_bucket = [0.0] * (len(bounds) + 1)
     else:
@@ -219,7 +216,7 @@ def _histogram_inputs(
     cumulative = [sum(per_bucket[: i + 1]) for i in range(len(per_bucket))]
     out = []
     for i, bound in enumerate([*bounds, math.inf]):
-        le = "+Inf" if math.isinf(bound) else _le_text(spec, rc, sli, bound)
+        le = "+Inf" if math.isinf(bound) else write(bound)
         out.append({"series": selector(f"{name}_bucket", [(k, "=", v) for k, v in {**base, "le": le}.items()]),
                     "values": series_values(cumulative[i], minutes)})  # fmt: skip
     out.append({"series": selector(f"{name}_count", [(k, "=", v) for k, v in base.items()]),
@@ -905,7 +902,7 @@ def _long_window_groups(
             tests.append({"expr": selector(record, labels), "eval_time": _dur(end * 60),
                           "exp_samples": [{"labels": selector(record, labels), "value": value}]})  # fmt: skip
     inputs = line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
-                         _le_writer(spec, rc, sli))  # fmt: skip
+                         _le_writer(spec, rc, sli, model))  # fmt: skip
     name = (f"long windows filled: {LONG_HOURS}h of {rc.name} {sli.value} on {model}, each hour at its own rate and "
             "share of slow requests; every window's events equal the raw counts at the end")  # fmt: skip
     group = {"name": name, "interval": "1m", "input_series": inputs, "promql_expr_test": tests}
@@ -1186,11 +1183,21 @@ class _Timeline:
         return out
 
 
-def _le_writer(spec: Spec, rc: RequestClass, sli: Sli) -> Callable[[float], str]:
-    """The `le` label text of a bound of one class's SLI histogram."""
+def _le_text(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> str:
+    """client_python's spelling of a bound (`1.0`)."""
+    return le_spellings(spec.histogram(rc, sli).le_for(seconds))[0]
+
+
+def _le_writer(spec: Spec, rc: RequestClass, sli: Sli, model: str) -> Callable[[float], str]:
+    """The `le` label text of a bound of one class's SLI histogram as `model`'s exporter writes it: client_python's
+    `1.0` for the first tested model of the class, Go's `1` (where the bound is an integer) for the second, so that
+    a rule reading one spelling only, or a bucket-boundary series of one spelling lost, fails on the other model."""
+    hist = spec.histogram(rc, sli)
+    go = tested_of(spec, rc)[1:2] == [model]
 
     def write(bound: float) -> str:
-        return _le_text(spec, rc, sli, bound)
+        spellings = le_spellings(hist.le_for(bound))
+        return spellings[-1] if go else spellings[0]
 
     return write
 
@@ -1488,7 +1495,7 @@ def _boundary_group(
         line = _Timeline(bounds, segs)
         lines[(model, rc.name, sli)] = line
         inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
-                              _le_writer(spec, rc, sli))  # fmt: skip
+                              _le_writer(spec, rc, sli, model))  # fmt: skip
         if (model, rc.name) not in seen:
             seen.add((model, rc.name))
             inputs.append(_requests_input(spec, model, rc, segs[0][2], length))
@@ -1530,9 +1537,17 @@ def _engine_keep_times(rule: AlertRule, flip: int) -> tuple[int, int, int]:
     return _keep_times(rule, flip + 3, flip + 5)
 
 
+def _queue_under(k: int, full: int) -> tuple[int, int]:
+    """(waiting, running) of the `k`-th tested model once its queue alert's condition is just false: five waiting
+    on an engine one slot short of full for the first, nothing waiting on a full engine for the second (and so on,
+    alternately), so that each half of the condition is the one that fails on some model."""
+    return (5, full - 1) if k % 2 == 0 else (0, full)
+
+
 def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Each engine signal just over its threshold for 22m, then just under: one request waiting on a full engine,
-    then five waiting on an engine one slot short of full; KV cache just over then just under its threshold;
+    then five waiting on an engine one slot short of full or none on a full one (`_queue_under`); KV cache just
+    over then just under its threshold;
     preempting 0.1/s, then not at all. The warnings fire during the first part and are resolved after it."""
     metrics = spec.metrics
     rules = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
@@ -1544,16 +1559,17 @@ def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[
     over, under = 22, 25
     minutes = over + under
     inputs: list[dict[str, str]] = []
-    for model in _tested_specs(spec):
+    for index, model in enumerate(_tested_specs(spec)):
         m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
         kv = next((r for r in rules if r.model == model.name and r.name == alerts_mod.NAME_KV_FULL), None)
         limit = float(kv.condition["kv_cache_usage_max"]) if kv is not None else None
         kv_over = (limit + (1 - limit) / 2) if limit is not None else 0.5
         kv_under = limit * (1 - NEAR) if limit is not None else 0.5
         full = model.max_num_seqs
+        waiting, running = _queue_under(index, full)
         inputs += [
-            *_optional(metrics.requests_waiting, m, f"1x{over - 1} 5x{under}"),
-            {"series": selector(metrics.requests_running, m), "values": f"{full}x{over - 1} {full - 1}x{under}"},
+            *_optional(metrics.requests_waiting, m, f"1x{over - 1} {waiting}x{under}"),
+            {"series": selector(metrics.requests_running, m), "values": f"{full}x{over - 1} {running}x{under}"},
             *_optional(metrics.kv_cache_usage, m, f"{number(kv_over)}x{over - 1} {number(kv_under)}x{under}"),
             *_optional(metrics.preemptions, m, _piecewise([6.0 * min(i, over) for i in range(minutes + 1)])),
             {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
@@ -1617,7 +1633,8 @@ def _queue_window_groups(spec: Spec) -> list[dict[str, Any]]:
 def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Every request slow (the SLO pages fire) while every engine is just over each threshold (one request waiting
     on a full engine, KV cache just over its limit, preempting 0.1/s), then from minute `flip` just under (five
-    waiting on an engine one slot short of full, KV cache 10% under its limit, no more preemptions): the engine
+    waiting on an engine one slot short of full or none on a full one, `_queue_under`; KV cache 10% under its
+    limit, no more preemptions): the engine
     alerts fire as causes inside the page (severity of the page, cause: engine) and their warning copies stay
     silent; each cause stays firing `keep_firing_for` after the last evaluation its condition is surely true at and
     is resolved `keep_firing_for` after the first one it is surely false at."""
@@ -1643,7 +1660,7 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
                 continue
             for model_name in tested_of(spec, rc):
                 inputs += _histogram_inputs(spec, model_name, rc, sli, Scenario({}), minutes)[0]
-    for model in _tested_specs(spec):
+    for index, model in enumerate(_tested_specs(spec)):
         m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
         kv = next((r for r in causes if r.model == model.name and r.name == alerts_mod.NAME_KV_FULL), None)
         limit = float(kv.condition["kv_cache_usage_max"]) if kv is not None else None
@@ -1651,9 +1668,10 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         kv_under = limit * (1 - NEAR) if limit is not None else 0.5
         full = model.max_num_seqs
         after = minutes - flip + 1
+        waiting, running = _queue_under(index, full)
         inputs += [
-            *_optional(metrics.requests_waiting, m, f"1x{flip - 1} 5x{after - 1}"),
-            {"series": selector(metrics.requests_running, m), "values": f"{full}x{flip - 1} {full - 1}x{after - 1}"},
+            *_optional(metrics.requests_waiting, m, f"1x{flip - 1} {waiting}x{after - 1}"),
+            {"series": selector(metrics.requests_running, m), "values": f"{full}x{flip - 1} {running}x{after - 1}"},
             *_optional(metrics.kv_cache_usage, m, f"{number(kv_over)}x{flip - 1} {number(kv_under)}x{after - 1}"),
             *_optional(metrics.preemptions, m, _piecewise([6.0 * min(i, flip) for i in range(minutes + 1)])),
             {"series": selector(metrics.generation_tokens, m), "values": _series_values(600, minutes)},
@@ -1785,7 +1803,7 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
         past: list[Segment] = [(1, {0: 1.0}, rpm) if m < read else (1, over, rpm) for m, rpm in enumerate(day_before)]
         line = _Timeline(bounds, [*past, *((part, shapes[shape], rpm) for shape, rpm, _ in plan)])
         inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, r.model, rc, sli),
-                              _le_writer(spec, rc, sli))  # fmt: skip
+                              _le_writer(spec, rc, sli, r.model))  # fmt: skip
         if (r.model, rc.name) not in seen:
             seen.add((r.model, rc.name))
             inputs.append({**_requests_input(spec, r.model, rc, RPM, minutes), "values": finished})
@@ -1856,7 +1874,7 @@ def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict
         pad = length - sum(s[0] for s in segments)
         line = _Timeline(spec.histogram_buckets(rc, sli), [*segments, *([(pad, segments[-1][1], RPM)] if pad else [])])
         inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
-                              _le_writer(spec, rc, sli))  # fmt: skip
+                              _le_writer(spec, rc, sli, model))  # fmt: skip
         if (model, rc.name) not in seen:
             seen.add((model, rc.name))
             inputs.append(_requests_input(spec, model, rc, RPM, length))
