@@ -9,11 +9,13 @@ import pytest
 import yaml
 
 from slokit import schema
-from slokit.generate import alerts
+from slokit.generate import alerts, promtool_tests
 from slokit.generate import mutants as m
 from slokit.generate.model import AlertKind
-from slokit.generate.rules import rule_groups
-from slokit.spec import load_spec
+from slokit.generate.rules import rule_groups, rules_path
+from slokit.generate.writer import to_yaml
+from slokit.local.prometheus import run_rule_tests
+from slokit.spec import Spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -229,7 +231,7 @@ def test_a_quantile_matcher_is_not_moved_as_a_bucket() -> None:
     assert moved and all(d.startswith('le="1.0"') for d in moved), moved
 
 
-def _mutant_of(spec, record: str, operator: str) -> m.Mutant:  # type: ignore[no-untyped-def]
+def _mutant_of(spec: Spec, record: str, operator: str) -> m.Mutant:
     return next(x for x in m.all_mutants(spec, rule_groups(spec)) if x.rule_name == record and x.operator == operator)
 
 
@@ -263,14 +265,9 @@ def test_the_test_groups_a_mutant_leaves_out_pass_against_it(promtool_path: str,
     """The pruning is safe: a group left out of a mutant's run evaluates the same checks with or without it. Here
     the groups of the cheapest part of the example's tests that a changed preemption window cannot be seen by pass
     against the mutated rules on real promtool, and those it can be seen by fail."""
-    from slokit.generate import promtool_tests
-    from slokit.generate.rules import rules_path
-    from slokit.generate.writer import to_yaml
-    from slokit.local.prometheus import run_rule_tests
-
     spec = _spec("assistant")
     groups = rule_groups(spec)
-    mutant = _mutant_of(spec, "slokit_engine:preemptions:rate5m", "range")
+    mutant = _mutant_of(spec, schema.RECORD_PREEMPTIONS, "range")
     affected = m.affected_names(groups, mutant)
     unit = promtool_tests.unit_tests(spec)
     (tmp_path / rules_path(spec).removeprefix("rules/")).write_text(to_yaml(m.mutated_rule_file(groups, mutant)))
@@ -286,8 +283,6 @@ def test_the_test_groups_a_mutant_leaves_out_pass_against_it(promtool_path: str,
 
 def test_a_mutant_s_test_files_are_the_groups_it_is_seen_by_in_their_order() -> None:
     spec = _spec("summarize")
-    from slokit.generate import promtool_tests
-
     units = m.by_cost(promtool_tests.unit_tests(spec))
     files = m._test_files(units)
     affected = m.affected_names(rule_groups(spec), _mutant_of(spec, schema.RECORD_MAX_NUM_SEQS, "number"))

@@ -451,7 +451,7 @@ def affected_names(groups: Sequence[RuleGroup], mutant: Mutant) -> set[str] | No
     affected = writes(groups[mutant.group].rules[mutant.rule])
     # An alert's annotations are templates, which may query series too.
     readers = [
-        (rule, _names_in(" ".join([rule.expr, *getattr(rule, "annotations", {}).values()])))
+        (rule, _names_in(" ".join([rule.expr, *(rule.annotations.values() if isinstance(rule, AlertRule) else ())])))
         for group in groups
         for rule in group.rules
     ]

@@ -1547,8 +1547,8 @@ def _queue_under(k: int, full: int) -> tuple[int, int]:
 def _engine_boundary_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Each engine signal just over its threshold for 22m, then just under: one request waiting on a full engine,
     then five waiting on an engine one slot short of full or none on a full one (`_queue_under`); KV cache just
-    over then just under its threshold;
-    preempting 0.1/s, then not at all. The warnings fire during the first part and are resolved after it."""
+    over then just under its threshold; preempting 0.1/s, then not at all. The warnings fire during the first part
+    and are resolved after it."""
     metrics = spec.metrics
     rules = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
              and schema.RULE_LABEL_CAUSE not in r.labels]  # fmt: skip
@@ -1634,10 +1634,10 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
     """Every request slow (the SLO pages fire) while every engine is just over each threshold (one request waiting
     on a full engine, KV cache just over its limit, preempting 0.1/s), then from minute `flip` just under (five
     waiting on an engine one slot short of full or none on a full one, `_queue_under`; KV cache 10% under its
-    limit, no more preemptions): the engine
-    alerts fire as causes inside the page (severity of the page, cause: engine) and their warning copies stay
-    silent; each cause stays firing `keep_firing_for` after the last evaluation its condition is surely true at and
-    is resolved `keep_firing_for` after the first one it is surely false at."""
+    limit, no more preemptions): the engine alerts fire as causes inside the page (severity of the page, cause:
+    engine) and their warning copies stay silent; each cause stays firing `keep_firing_for` after the last
+    evaluation its condition is surely true at and is resolved `keep_firing_for` after the first one it is surely
+    false at."""
     metrics = spec.metrics
     causes = [r for r in all_rules if r.kind in (AlertKind.QUEUE_OVERLOAD, AlertKind.KV_CACHE)
               and schema.RULE_LABEL_CAUSE in r.labels]  # fmt: skip
