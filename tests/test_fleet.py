@@ -23,7 +23,7 @@ from slokit.generate import alerts, generate_all, promtool_tests
 from slokit.generate.rules import rule_groups
 from slokit.schema import RECORD_LATENCY_BUCKET_RATE as RECORD_RATES
 from slokit.schema import record_sli_total
-from slokit.spec import Spec, load_spec_text
+from slokit.spec import RequestClass, Spec, load_spec, load_spec_text
 
 
 def _spec(models: int, source: str) -> Spec:
@@ -237,18 +237,33 @@ def test_the_long_windows_run_beside_the_baseline_on_a_class_it_leaves_free(tmp_
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
-def test_the_second_tested_model_of_a_class_writes_go_s_spelling_of_integer_bounds() -> None:
-    """client_python writes `1.0`, Go `1`; the rules read both. In the generated tests the first tested model of a
-    class writes the one and the second the other, so a rule, or a bucket-boundary series, that knows one spelling
-    only fails on one of them."""
-    spec = load_spec_text(fleet_spec_yaml(4, "slokit"), "fleet.yaml")
-    unit = promtool_tests.unit_tests(spec)
-    spelled: dict[str, set[str]] = {}
-    for group in unit["tests"]:
+def _spellings(spec: Spec) -> dict[tuple[str, bool], set[str]]:
+    """Spellings of integer bounds in the generated tests, per (model, in the consistency scenario or not)."""
+    spelled: dict[tuple[str, bool], set[str]] = {}
+    for group in promtool_tests.unit_tests(spec)["tests"]:
+        consistency = group["name"].startswith("consistency bucket by bucket")
         for series in group["input_series"]:
             found = re.search(r'model="([^"]+)".*le="(\d+(?:\.0)?)"', series["series"])
             if found:
-                spelled.setdefault(found.group(1), set()).add("go" if found.group(2).isdigit() else "python")
-    chat = next(rc for rc in spec.classes if rc.name == "chat")
-    first, second = promtool_tests.tested_of(spec, chat)[:2]
-    assert spelled[first] == {"python"} and spelled[second] == {"go"}, spelled
+                key = (found.group(1), consistency)
+                spelled.setdefault(key, set()).add("go" if found.group(2).isdigit() else "python")
+    return spelled
+
+
+def _with_consistency(spec: Spec) -> RequestClass:
+    return next(rc for rc in spec.classes if any(slo.consistency for slo in rc.slos.values()))
+
+
+def test_each_spelling_of_an_integer_bound_is_written_in_the_generated_tests() -> None:
+    """client_python writes `1.0`, Go `1`; the rules read both. In the generated tests the first tested model of a
+    class writes the one and the second the other, and the other way round in the consistency scenario (the one
+    reader of every bound's boundary series), so a rule, or a bucket-boundary series, that knows one spelling only
+    fails on one of them, on a spec with one tested model per class too."""
+    spec = load_spec_text(fleet_spec_yaml(4, "slokit"), "fleet.yaml")
+    spelled = _spellings(spec)
+    first, second = promtool_tests.tested_of(spec, _with_consistency(spec))[:2]
+    assert spelled[(first, False)] == {"python"} and spelled[(second, False)] == {"go"}, spelled
+    assert spelled[(first, True)] == {"go"} and spelled[(second, True)] == {"python"}, spelled
+    single = load_spec(Path(__file__).resolve().parents[1] / "examples" / "summarize.yaml")
+    (model,) = promtool_tests.tested_of(single, _with_consistency(single))
+    assert _spellings(single)[(model, False)] == {"python"} and _spellings(single)[(model, True)] == {"go"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import yaml
 from slokit import schema
 from slokit.generate import alerts, promtool_tests
 from slokit.generate import mutants as m
-from slokit.generate.model import AlertKind
+from slokit.generate.model import AlertKind, RuleGroup
 from slokit.generate.rules import rule_groups, rules_path
 from slokit.generate.writer import to_yaml
 from slokit.local.prometheus import run_rule_tests
@@ -132,6 +133,60 @@ def test_generated_tests_kill_a_changed_burn_factor_and_a_moved_tier_bucket(prom
     report = m.run_mutants(spec, 2, mutants=[factor, tier], workers=1, check_baseline=False)  # see _NO_BASELINE
     assert [o.status for o in report.outcomes] == ["killed", "killed"], [
         (o.mutant.description, o.status) for o in report.outcomes
+    ]
+
+
+def _changed_line(groups: Sequence[RuleGroup], mutant: m.Mutant) -> str:
+    """The line of a rule's expression that `mutant` changes."""
+    assert mutant.replacement is not None
+    old = str(groups[mutant.group].rules[mutant.rule].to_data()["expr"]).splitlines()
+    new = str(mutant.replacement["expr"]).splitlines()
+    return next(b for a, b in zip(old, new, strict=True) if a != b)
+
+
+@pytest.mark.prometheus
+@pytest.mark.slow
+def test_generated_tests_kill_the_breakages_a_single_tested_model_used_to_hide(promtool_path: str) -> None:
+    """On a spec with one tested model per class (summarize), breakages the generated tests used to miss: the 5m
+    tile's new-series lookup and the exporter-gone page's traffic window doubled (a series back after more than
+    an hour, a page an hour after the last traffic), p50's upper edge and the traffic guard of the p99/p50 lower
+    bound counting the largest finite bucket instead of `+Inf` (requests past the largest bound), the queue cause
+    alert's `> 0` made `>= 0` (nothing waiting on a full engine), and the boundary series of an integer bound in
+    Go's spelling deleted (the consistency scenario writes it)."""
+    spec = _spec("summarize")
+    groups = rule_groups(spec)
+    everything = m.all_mutants(spec, groups)
+
+    def first(
+        rule_name: str, operator: str, description: str, keep: Callable[[m.Mutant], bool] = lambda _: True
+    ) -> m.Mutant:
+        return next(x for x in everything if x.rule_name == rule_name and x.operator == operator
+                    and x.description.endswith(description) and keep(x))  # fmt: skip
+
+    def cause(x: m.Mutant) -> bool:
+        return "cause" in getattr(groups[x.group].rules[x.rule], "labels", {})
+
+    def go_spelled(x: m.Mutant) -> bool:
+        le = groups[x.group].rules[x.rule].labels.get("le", "")
+        return le != "+Inf" and "." not in le
+
+    edges = [x for x in everything if x.rule_name == schema.RECORD_CONSISTENCY_LOWER and x.operator == "le"
+             and 'le="+Inf"' in x.description]  # fmt: skip
+    # p99's lower edge, its fallback to 0, p50's upper edge and the traffic guard, in that order; the fallback's
+    # is an equivalent mutant (it applies only when 99% of the requests are in the first bucket, which is then
+    # not empty either)
+    assert [") > 0) * 0" in _changed_line(groups, x) for x in edges] == [False, True, False, False]
+    chosen = [
+        first(schema.record_sli_total("5m"), "range", "[1h] -> [2h]"),
+        first(alerts.NAME_EXPORTER_GONE, "range", "[1h] -> [2h]"),
+        edges[2],
+        edges[3],
+        first(alerts.NAME_QUEUE, "comparison", "> -> >=", cause),
+        first(schema.RECORD_BUCKET_BOUND, "delete", "recording rule deleted", go_spelled),
+    ]
+    report = m.run_mutants(spec, len(chosen), mutants=chosen, workers=2, check_baseline=False)  # _NO_BASELINE
+    assert [o.status for o in report.outcomes] == ["killed"] * len(chosen), [
+        (o.mutant.rule_name, o.mutant.description, o.status) for o in report.outcomes
     ]
 
 

@@ -26,11 +26,19 @@ from slokit import schema
 from slokit.generate import alerts as alerts_mod
 from slokit.generate import queries
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule
-from slokit.generate.rules import BASE_WINDOW, BASELINE_QUANTILE, failure_terms, model_facts, rule_groups, rules_path
+from slokit.generate.rules import (
+    BASE_WINDOW,
+    BASELINE_QUANTILE,
+    TILE_SEEN,
+    failure_terms,
+    model_facts,
+    rule_groups,
+    rules_path,
+)
 from slokit.promql import histogram_quantile, le_spellings, number, selector
 from slokit.schema import Sli
 from slokit.spec import RequestClass, Spec
-from slokit.units import parse_duration, prom_duration
+from slokit.units import format_duration, parse_duration, prom_duration
 
 # Seconds between evaluations in the tests. Production specs wait hours (`for: 3h` on the slow ticket tier), so
 # their tests step every 5m: a `for` is then checked as "pending at activation, firing at the first 5m step after
@@ -689,6 +697,62 @@ def _absent_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
 RESTART_GAP_MINUTES: Final = 7  # a pod restart: no sample for 7 minutes, then every counter from zero
 
 
+# A replica scraped for GAP_SERVED minutes, then gone for longer than the new-series lookup reaches (TILE_SEEN)
+GAP_SERVED: Final = 5
+
+
+def _long_gap_groups(spec: Spec) -> list[dict[str, Any]]:
+    """A replica that comes back under the same labels after more than an hour unseen is a new series: its 5m
+    tiles count its requests since the restart from zero, the same as a replica never seen before. (One back
+    within the hour loses the requests of its gap instead: the counters tests.)
+
+    Every objective SLO on the source's histograms, its class's first tested model (every term of the tiles): each
+    series scraped for GAP_SERVED minutes, then restarted unseen and scraped again from three minutes before an
+    evaluation at which its samples before the gap lie a tile past the new-series lookup (it reaches back TILE_SEEN
+    from 5m ago at 5m steps, each step seeing 5m back) and within twice it, so a lookup of half or twice the hour
+    counts otherwise. Every request is in the lowest bucket (each bucket is the same count, so SLOs of different
+    thresholds on one histogram agree); where an SLO counts failures, a tenth as many fail."""
+    counted = [(rc, sli, slo) for rc in spec.classes for sli, slo in rc.slos.items()
+               if slo.objective is not None and slo.metric is None]  # fmt: skip
+    if not counted:
+        return []
+    tile, seen = int(BASE_WINDOW // 60), int(TILE_SEEN // 60)
+    check = math.ceil((GAP_SERVED + seen + 2 * tile) / tile) * tile + tile
+    assert check - tile - 2 * seen < GAP_SERVED  # twice the lookup still reaches the samples before the gap
+    back, restarted = check - 3, check - 4
+
+    def values(per_minute: int) -> str:
+        before = [number(per_minute * m) for m in range(GAP_SERVED + 1)]
+        after = [number(per_minute * (m - restarted)) for m in range(back, check + 1)]
+        return " ".join([*before, *["_"] * (back - GAP_SERVED - 1), *after])
+
+    failing = RPM // 10
+    inputs: dict[str, dict[str, str]] = {}
+    exprs: list[dict[str, Any]] = []
+    for rc, sli, slo in counted:
+        assert slo.objective is not None
+        model = tested_of(spec, rc)[0]
+        hist = spec.histogram(rc, sli)
+        write = _le_writer(spec, rc, sli, model)
+        for le in ("+Inf", write(hist.le_for(slo.objective.threshold))):
+            labels = {**_histogram_labels(spec, model, rc, sli), "le": le}
+            series = selector(f"{hist.name}_bucket", [(k, "=", v) for k, v in labels.items()])
+            inputs[series] = {"series": series, "values": values(RPM)}
+        found = _failure_series(spec, model, rc, sli) if failure_terms(spec, rc, sli, str) else None
+        if found is not None:
+            series = selector(found[0], [(k, "=", v) for k, v in found[1].items()])
+            inputs[series] = {"series": series, "values": values(failing)}
+        matchers = sorted((k, "=", v) for k, v in _slo_series_labels(spec, model, rc, sli).items())
+        since = check - restarted
+        for record, value in ((schema.record_sli_total("5m"), (RPM + (failing if found else 0)) * since),
+                              (schema.record_sli_good("5m"), RPM * since)):  # fmt: skip
+            exprs.append({"expr": selector(record, matchers), "eval_time": _dur(check * 60),
+                          "exp_samples": [{"labels": selector(record, matchers), "value": value}]})  # fmt: skip
+    return [{"name": f"replicas gone from minute {GAP_SERVED + 1} to {back - 1}, restarted: unseen for over an "
+                     f"hour, they count from zero again at minute {check}", "interval": "1m",
+             "input_series": list(inputs.values()), "promql_expr_test": exprs}]  # fmt: skip
+
+
 def _restart_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Pages stay firing through a restart in the middle of an outage (keep_firing_for), for every SLO at once.
 
@@ -812,7 +876,11 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     if not rules:
         return []
     served_for, quiet_at, at = _gone_times(_STEP.get())
-    missing_for = 50
+    # the last 5m tile with traffic is the last evaluation before served_for + 5m; the page holds while that is
+    # within SERVED_WITHIN, and is checked resolved a tile after it is not (an hour doubled still pages there)
+    within = int(alerts_mod.SERVED_WITHIN // 60)
+    over = math.ceil((served_for + 2 * BASE_WINDOW // 60 + within) * 60 / _STEP.get()) * _STEP.get()
+    missing_for = max(50, over // 60 - served_for + 1)
     minutes = served_for + missing_for
 
     def vanish(per_minute: float, _: int) -> str:
@@ -843,8 +911,10 @@ def _exporter_gone_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[di
     # 45m after the last sample the model still served traffic within the last hour: still paging
     later = math.floor((served_for + 45) * 60 / _STEP.get()) * _STEP.get()
     firing.append({**firing[0], "eval_time": _dur(later)})
+    still.append({"eval_time": _dur(over), "alertname": alerts_mod.NAME_EXPORTER_GONE})
     return [
-        {"name": f"exporters gone: every series stops after {served_for}m of traffic; the model pages",
+        {"name": f"exporters gone: every series stops after {served_for}m of traffic; the model pages until its "
+                 f"last traffic is {format_duration(alerts_mod.SERVED_WITHIN)} old",
          "interval": "1m", "input_series": served, "alert_rule_test": still + firing},
         {"name": "exporters gone from a model that never had traffic: no page", "interval": "1m",
          "input_series": idle, "alert_rule_test": _silent(rules, at)},
@@ -1039,7 +1109,7 @@ def unit_tests(spec: Spec) -> dict[str, Any]:
         baseline, long_windows = side_by_side(_baseline_groups(spec, all_rules), long_windows)
         tests = [
             *rest(_slo_groups(spec, all_rules)), *rest(_boundary_groups(spec, all_rules)),
-            *rest(baseline), *rest(_restart_groups(spec, all_rules)),
+            *rest(baseline), *rest(_restart_groups(spec, all_rules)), *rest(_long_gap_groups(spec)),
             *rest(_engine_groups(spec, all_rules)), *rest(_engine_boundary_groups(spec, all_rules)),
             *rest(_queue_window_groups(spec)),
             *rest(_consistency_groups(spec, all_rules)),
@@ -1076,6 +1146,9 @@ UNEVEN_SPAN: Final = 1.5  # an uneven profile lasts this many times its last spa
 NEAR: Final = 0.1  # inputs sit 10% (relative) under or over a threshold
 MARGIN: Final = 0.03  # a check is written only where every deciding ratio is 3% clear of its threshold
 LIMIT_NEAR: Final = 0.25  # bound pairs for the consistency limit: within 25% of it
+# Bucket shares of the consistency scenario's overflow segment, the rest (40%) past the largest bound: p50 is in
+# the third bucket, or in the first if the finite buckets alone were counted (0.35 / 0.6 = 0.58)
+OVERFLOW_SHARES: Final = ((0, 0.35), (2, 0.25))
 SEGMENT_MINUTES: Final = 30  # each under/over segment of a 5m-window rule
 
 
@@ -1188,12 +1261,15 @@ def _le_text(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> str:
     return le_spellings(spec.histogram(rc, sli).le_for(seconds))[0]
 
 
-def _le_writer(spec: Spec, rc: RequestClass, sli: Sli, model: str) -> Callable[[float], str]:
+def _le_writer(spec: Spec, rc: RequestClass, sli: Sli, model: str, *, go_first: bool = False) -> Callable[[float], str]:
     """The `le` label text of a bound of one class's SLI histogram as `model`'s exporter writes it: client_python's
     `1.0` for the first tested model of the class, Go's `1` (where the bound is an integer) for the second, so that
-    a rule reading one spelling only, or a bucket-boundary series of one spelling lost, fails on the other model."""
+    a rule reading one spelling only, or a bucket-boundary series of one spelling lost, fails on the other model.
+    `go_first` swaps the two (the consistency scenario, the one reader of every bound's boundary series): a class
+    with one tested model then writes each spelling in some scenario."""
     hist = spec.histogram(rc, sli)
-    go = tested_of(spec, rc)[1:2] == [model]
+    tested = tested_of(spec, rc)
+    go = model in (tested[:1] if go_first else tested[1:2])
 
     def write(bound: float) -> str:
         spellings = le_spellings(hist.le_for(bound))
@@ -1540,7 +1616,8 @@ def _engine_keep_times(rule: AlertRule, flip: int) -> tuple[int, int, int]:
 def _queue_under(k: int, full: int) -> tuple[int, int]:
     """(waiting, running) of the `k`-th tested model once its queue alert's condition is just false: five waiting
     on an engine one slot short of full for the first, nothing waiting on a full engine for the second (and so on,
-    alternately), so that each half of the condition is the one that fails on some model."""
+    alternately), so that each half of the condition is the one that fails on some model. The page-cause scenario
+    starts from the second state (`k + 1`), so a spec with one tested model sees both halves too."""
     return (5, full - 1) if k % 2 == 0 else (0, full)
 
 
@@ -1668,7 +1745,9 @@ def _engine_cause_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dic
         kv_under = limit * (1 - NEAR) if limit is not None else 0.5
         full = model.max_num_seqs
         after = minutes - flip + 1
-        waiting, running = _queue_under(index, full)
+        # the other half of the condition than the model's warning scenario: with one tested model, each half
+        # is the one that fails in one of the two scenarios
+        waiting, running = _queue_under(index + 1, full)
         inputs += [
             *_optional(metrics.requests_waiting, m, f"1x{flip - 1} {waiting}x{after - 1}"),
             {"series": selector(metrics.requests_running, m), "values": f"{full}x{flip - 1} {running}x{after - 1}"},
@@ -1826,8 +1905,9 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
 def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """p99/p50 from bucket edges, bucket by bucket: 60% of requests in one bucket and 40% in the next but one, so
     that p50's upper edge and p99's lower edge step through every bound (the record's value is checked at the end of
-    each 10m step), then a pair of bounds just over the limit and one just under it (the alert fires, then
-    resolves)."""
+    each 10m step), then 40% of the requests past the largest bound at a quarter of the traffic guard a minute (its
+    5m count 1.25 times the guard, the finite buckets' 0.75 times), then a pair of bounds just over the limit and one
+    just under it (the alert fires, then resolves)."""
     rules = [r for r in all_rules if r.kind is AlertKind.CONSISTENCY]
     if not rules:
         return []
@@ -1853,6 +1933,13 @@ def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict
             shares = {j: 0.6, **({k: 0.4} if k < n else {})}
             segments.append((part, shares, RPM))
             checks.append((sum(s[0] for s in segments), bounds[k - 1] / bounds[j], None))
+        if n > OVERFLOW_SHARES[-1][0] + 1:
+            # 40% past the largest bound, at a rate whose 5m count is over the traffic guard and its finite part
+            # under it: p99's lower edge, p50's upper edge and the guard divide or count by the `+Inf` bucket, not
+            # the largest finite one (p99's lower edge is then the largest bound, p50's upper edge the third)
+            guard = spec.alerting.min_requests
+            segments.append((part, dict(OVERFLOW_SHARES), guard / 4 if guard else RPM))
+            checks.append((sum(s[0] for s in segments), bounds[n - 1] / bounds[OVERFLOW_SHARES[-1][0]], None))
         ratios = [(bounds[k - 1] / bounds[j], j, k) for j in range(n) for k in range(j + 2, n + 1)]
         hi, lo = limit * (1 + LIMIT_NEAR), limit * (1 - LIMIT_NEAR)
         over = [(j, k) for x, j, k in ratios if limit * (1 + MARGIN) < x < hi * (1 - MARGIN)]
@@ -1874,7 +1961,7 @@ def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict
         pad = length - sum(s[0] for s in segments)
         line = _Timeline(spec.histogram_buckets(rc, sli), [*segments, *([(pad, segments[-1][1], RPM)] if pad else [])])
         inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
-                              _le_writer(spec, rc, sli, model))  # fmt: skip
+                              _le_writer(spec, rc, sli, model, go_first=True))  # fmt: skip
         if (model, rc.name) not in seen:
             seen.add((model, rc.name))
             inputs.append(_requests_input(spec, model, rc, RPM, length))
@@ -1887,6 +1974,6 @@ def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict
                               "exp_samples": [{"labels": record, "value": value}]})  # fmt: skip
             elif state is not None:
                 tests.append(_alert_check(r, at, state))
-    return [{"name": "consistency bucket by bucket: 60% of requests in one bucket, 40% in another; then p99/p50 "
-                     "just over and just under the limit", "interval": "1m", "input_series": inputs,
-             "promql_expr_test": tests}]  # fmt: skip
+    return [{"name": "consistency bucket by bucket: 60% of requests in one bucket, 40% in another; 40% past the "
+                     "largest bound; then p99/p50 just over and just under the limit", "interval": "1m",
+             "input_series": inputs, "promql_expr_test": tests}]  # fmt: skip
