@@ -237,17 +237,35 @@ def test_the_long_windows_run_beside_the_baseline_on_a_class_it_leaves_free(tmp_
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
-def _spellings(spec: Spec) -> dict[tuple[str, bool], set[str]]:
-    """Spellings of integer bounds in the generated tests, per (model, in the consistency scenario or not)."""
-    spelled: dict[tuple[str, bool], set[str]] = {}
+_RUN = re.compile(r"(-?[\d.]+(?:e[+-]?\d+)?)([+-][\d.]+(?:e[+-]?\d+)?)x(\d+)")
+
+
+def _present(values: str) -> list[bool]:
+    """Per sample of a promtool input series (expanding notation, `_` for none): whether it has a value."""
+    out: list[bool] = []
+    for token in values.split():
+        run = _RUN.fullmatch(token)
+        out += [False] if token == "_" else [True] * (int(run.group(3)) + 1 if run else 1)
+    return out
+
+
+def _spellings(spec: Spec) -> tuple[dict[str, set[str]], dict[tuple[str, float], dict[str, list[bool]]]]:
+    """Spellings of integer bounds in the generated tests per model, outside the consistency scenario; and in it,
+    per (model, bound), each spelling's samples."""
+    outside: dict[str, set[str]] = {}
+    inside: dict[tuple[str, float], dict[str, list[bool]]] = {}
     for group in promtool_tests.unit_tests(spec)["tests"]:
         consistency = group["name"].startswith("consistency bucket by bucket")
         for series in group["input_series"]:
             found = re.search(r'model="([^"]+)".*le="(\d+(?:\.0)?)"', series["series"])
-            if found:
-                key = (found.group(1), consistency)
-                spelled.setdefault(key, set()).add("go" if found.group(2).isdigit() else "python")
-    return spelled
+            if not found:
+                continue
+            model, le = found.groups()
+            if consistency:
+                inside.setdefault((model, float(le)), {})[le] = _present(series["values"])
+            else:
+                outside.setdefault(model, set()).add("go" if le.isdigit() else "python")
+    return outside, inside
 
 
 def _with_consistency(spec: Spec) -> RequestClass:
@@ -256,14 +274,20 @@ def _with_consistency(spec: Spec) -> RequestClass:
 
 def test_each_spelling_of_an_integer_bound_is_written_in_the_generated_tests() -> None:
     """client_python writes `1.0`, Go `1`; the rules read both. In the generated tests the first tested model of a
-    class writes the one and the second the other, and the other way round in the consistency scenario (the one
-    reader of every bound's boundary series), so a rule, or a bucket-boundary series, that knows one spelling only
-    fails on one of them, on a spec with one tested model per class too."""
-    spec = load_spec_text(fleet_spec_yaml(4, "slokit"), "fleet.yaml")
-    spelled = _spellings(spec)
-    first, second = promtool_tests.tested_of(spec, _with_consistency(spec))[:2]
-    assert spelled[(first, False)] == {"python"} and spelled[(second, False)] == {"go"}, spelled
-    assert spelled[(first, True)] == {"go"} and spelled[(second, True)] == {"python"}, spelled
+    class writes the one and the second the other; in the consistency scenario (the one reader of every bound's
+    boundary series) each tested model changes spelling from step to step, one spelling at each sample. A rule, or
+    a bucket-boundary series, that knows one spelling only fails somewhere, on a spec with one tested model per
+    class too."""
+    fleet = load_spec_text(fleet_spec_yaml(4, "slokit"), "fleet.yaml")
     single = load_spec(Path(__file__).resolve().parents[1] / "examples" / "summarize.yaml")
-    (model,) = promtool_tests.tested_of(single, _with_consistency(single))
-    assert _spellings(single)[(model, False)] == {"python"} and _spellings(single)[(model, True)] == {"go"}
+    outside, _ = _spellings(fleet)
+    first, second = promtool_tests.tested_of(fleet, _with_consistency(fleet))[:2]
+    assert outside[first] == {"python"} and outside[second] == {"go"}, outside
+    for spec in (fleet, single):
+        _, inside = _spellings(spec)
+        assert inside
+        for (model, bound), series in inside.items():
+            assert sorted(series) == sorted([f"{bound:.1f}", f"{bound:.0f}"]), (model, bound, list(series))
+            python, go = series[f"{bound:.1f}"], series[f"{bound:.0f}"]
+            assert len(python) == len(go) and any(python) and any(go), (model, bound)
+            assert all(a != b for a, b in zip(python, go, strict=True)), (model, bound)  # one spelling per sample

@@ -14,6 +14,7 @@ Expected annotation text is expanded here with the same formatting Prometheus's 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import re
@@ -1244,13 +1245,24 @@ class _Timeline:
         """histogram_quantile(q) of the requests between two samples; None without requests."""
         return histogram_quantile(q, self.bounds, list(itertools.accumulate(self.counts(start, end))))
 
-    def series(self, name: str, base: Mapping[str, str], le_text: Callable[[float], str]) -> list[dict[str, str]]:
+    def series(
+        self, name: str, base: Mapping[str, str], le_text: Callable[[float], str],
+        spelled_at: Callable[[float, int], str] | None = None,
+    ) -> list[dict[str, str]]:  # fmt: skip
+        """The bucket and count series. `spelled_at(bound, minute)`, where given, is each bound's `le` at each
+        sample: a bound whose spelling changes is one series per spelling, each without samples where the other
+        is written (an exporter replaced by one that spells bounds the other way)."""
         out = []
         for i, bound in enumerate([*self.bounds, math.inf]):
-            le = "+Inf" if math.isinf(bound) else le_text(bound)
-            values = _piecewise([sum(self.cum[m][: i + 1]) for m in range(self.minutes + 1)])
-            out.append({"series": selector(f"{name}_bucket", [(k, "=", v) for k, v in {**base, "le": le}.items()]),
-                        "values": values})  # fmt: skip
+            counts = [sum(self.cum[m][: i + 1]) for m in range(self.minutes + 1)]
+            if math.isinf(bound) or spelled_at is None:
+                texts = ["+Inf" if math.isinf(bound) else le_text(bound)] * len(counts)
+            else:
+                texts = [spelled_at(bound, m) for m in range(len(counts))]
+            for le in dict.fromkeys(texts):
+                values = _gapped([c if text == le else None for c, text in zip(counts, texts, strict=True)])
+                labels = [(k, "=", v) for k, v in {**base, "le": le}.items()]
+                out.append({"series": selector(f"{name}_bucket", labels), "values": values})
         out.append({"series": selector(f"{name}_count", [(k, "=", v) for k, v in base.items()]),
                     "values": _piecewise([sum(row) for row in self.cum])})  # fmt: skip
         return out
@@ -1261,21 +1273,34 @@ def _le_text(spec: Spec, rc: RequestClass, sli: Sli, seconds: float) -> str:
     return le_spellings(spec.histogram(rc, sli).le_for(seconds))[0]
 
 
-def _le_writer(spec: Spec, rc: RequestClass, sli: Sli, model: str, *, go_first: bool = False) -> Callable[[float], str]:
+def _le_writer(spec: Spec, rc: RequestClass, sli: Sli, model: str) -> Callable[[float], str]:
     """The `le` label text of a bound of one class's SLI histogram as `model`'s exporter writes it: client_python's
     `1.0` for the first tested model of the class, Go's `1` (where the bound is an integer) for the second, so that
     a rule reading one spelling only, or a bucket-boundary series of one spelling lost, fails on the other model.
-    `go_first` swaps the two (the consistency scenario, the one reader of every bound's boundary series): a class
-    with one tested model then writes each spelling in some scenario."""
+    (The consistency scenario changes spelling from segment to segment instead: `_consistency_groups`.)"""
     hist = spec.histogram(rc, sli)
-    tested = tested_of(spec, rc)
-    go = model in (tested[:1] if go_first else tested[1:2])
+    go = tested_of(spec, rc)[1:2] == [model]
 
     def write(bound: float) -> str:
         spellings = le_spellings(hist.le_for(bound))
         return spellings[-1] if go else spellings[0]
 
     return write
+
+
+def _gapped(values: Sequence[float | None]) -> str:
+    """promtool values with `_` where a value is None (no sample)."""
+    parts: list[str] = []
+    run: list[float] = []
+    for value in [*values, None]:
+        if value is not None:
+            run.append(value)
+            continue
+        if run:
+            parts.append(_piecewise(run))
+            run = []
+        parts.append("_")
+    return " ".join(parts[:-1])
 
 
 def _piecewise(values: Sequence[float]) -> str:
@@ -1905,9 +1930,11 @@ def _baseline_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[st
 def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """p99/p50 from bucket edges, bucket by bucket: 60% of requests in one bucket and 40% in the next but one, so
     that p50's upper edge and p99's lower edge step through every bound (the record's value is checked at the end of
-    each 10m step), then 40% of the requests past the largest bound at a quarter of the traffic guard a minute (its
-    5m count 1.25 times the guard, the finite buckets' 0.75 times), then a pair of bounds just over the limit and one
-    just under it (the alert fires, then resolves)."""
+    each 10m step; p99's lower edge in one step is p50's upper edge in the next, and each step spells the integer
+    bounds the other way from the one before, client_python's `1.0` then Go's `1`, so every bound's boundary
+    series of either spelling is read, with one tested model too); then 40% of the requests past the largest
+    bound at a quarter of the traffic guard a minute (its 5m count 1.25 times the guard, the finite buckets' 0.75
+    times); then a pair of bounds just over the limit and one just under it (the alert fires, then resolves)."""
     rules = [r for r in all_rules if r.kind is AlertKind.CONSISTENCY]
     if not rules:
         return []
@@ -1959,9 +1986,20 @@ def _consistency_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict
     for r, rc, sli, segments, checks in plans:
         model = r.model or ""
         pad = length - sum(s[0] for s in segments)
-        line = _Timeline(spec.histogram_buckets(rc, sli), [*segments, *([(pad, segments[-1][1], RPM)] if pad else [])])
-        inputs += line.series(spec.histogram(rc, sli).name, _histogram_labels(spec, model, rc, sli),
-                              _le_writer(spec, rc, sli, model, go_first=True))  # fmt: skip
+        whole = [*segments, *([(pad, segments[-1][1], RPM)] if pad else [])]
+        ends = list(itertools.accumulate(minutes for minutes, _, _ in whole))
+        hist = spec.histogram(rc, sli)
+        turn = tested_of(spec, rc).index(model)
+
+        def spelled_at(
+            bound: float, minute: int, hist: schema.CustomHistogram = hist, ends: list[int] = ends, turn: int = turn
+        ) -> str:  # fmt: skip
+            spellings = le_spellings(hist.le_for(bound))
+            return spellings[(bisect.bisect_left(ends, minute) + turn) % len(spellings)]
+
+        inputs += _Timeline(spec.histogram_buckets(rc, sli), whole).series(
+            hist.name, _histogram_labels(spec, model, rc, sli), _le_writer(spec, rc, sli, model), spelled_at
+        )
         if (model, rc.name) not in seen:
             seen.add((model, rc.name))
             inputs.append(_requests_input(spec, model, rc, RPM, length))
