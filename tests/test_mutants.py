@@ -152,7 +152,7 @@ def test_generated_tests_kill_the_breakages_a_single_tested_model_used_to_hide(p
     an hour, a page an hour after the last traffic), p50's upper edge and the traffic guard of the p99/p50 lower
     bound counting the largest finite bucket instead of `+Inf` (requests past the largest bound), the queue cause
     alert's `> 0` made `>= 0` (nothing waiting on a full engine), and the boundary series of an integer bound in
-    Go's spelling deleted (the consistency scenario writes it)."""
+    Go's spelling deleted (the consistency scenario writes both spellings by turns)."""
     spec = _spec("summarize")
     groups = rule_groups(spec)
     everything = m.all_mutants(spec, groups)
