@@ -1049,22 +1049,24 @@ TIMED_FOR_S: Final = 300  # alerts whose `for` is this long or shorter get the f
 def timing_groups(spec: Spec, step: int) -> list[dict[str, Any]]:
     """Every request slow, evaluated every `step` seconds (the counters file's 30s, the short group's interval):
     each burn-rate, tier and scale-out alert whose `for` is at most 5m is pending one step before `for` has passed
-    and fires at it. The main file steps every 5m, where a 5m `for` and a 2m30s one fire at the same evaluation."""
+    and fires at it; and every engine full and queueing, the same for the engine warnings. The main file steps
+    every 5m, where a 5m `for` and a 2m30s one fire at the same evaluation."""
     token = _STEP.set(step)
     try:
-        timed = [r for r in alerts_mod.alert_instances(spec, tested_models(spec))
-                 if r.kind in (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT)
-                 and _for_seconds(r) <= TIMED_FOR_S]  # fmt: skip
-        if not timed:
-            return []
-        slow = _slo_groups(spec, timed)[0]
+        instances = [r for r in alerts_mod.alert_instances(spec, tested_models(spec)) if _for_seconds(r) <= TIMED_FOR_S]
+        timed = [r for r in instances if r.kind in (AlertKind.BURN_RATE, AlertKind.TIER, AlertKind.SCALE_OUT)]
+        slow = _slo_groups(spec, timed)[:1] if timed else []
+        full = _engine_groups(spec, instances)[:1]
     finally:
         _STEP.reset(token)
-    slow["name"] = (
-        f"alert timing every {step}s: every request slow; each alert with a `for` of at most "
-        f"{prom_duration(TIMED_FOR_S)} is pending one evaluation before `for` has passed and fires at it"
-    )
-    return [slow]
+    for group in slow:
+        group["name"] = (
+            f"alert timing every {step}s: every request slow; each alert with a `for` of at most "
+            f"{prom_duration(TIMED_FOR_S)} is pending one evaluation before `for` has passed and fires at it"
+        )
+    for group in full:
+        group["name"] = f"alert timing every {step}s: {group['name']}; each engine warning pending, then firing"
+    return [*slow, *full]
 
 
 def _eval_seconds(group: Mapping[str, Any]) -> int:
