@@ -28,9 +28,9 @@ from typing import Any, Final
 from slokit import schema
 from slokit.generate.promtool_tests import (
     _failure_series,
+    _gapped,
     _histogram_labels,
     _le_text,
-    _piecewise,
     _replica,
     record_windows,
     rest_of_fleet,
@@ -139,24 +139,7 @@ def _samples(replica: _Replica, per_minute: int) -> dict[int, int]:
 
 def _values(samples: Mapping[int, int]) -> str:
     """promtool values: `_` where the replica is not scraped."""
-    parts: list[str] = []
-    run: list[float] = []
-
-    def flush() -> None:
-        if run:
-            parts.append(_piecewise(run))
-            run.clear()
-
-    for m in range(MINUTES + 1):
-        if m in samples:
-            if run and samples[m] < run[-1]:
-                flush()
-            run.append(samples[m])
-        else:
-            flush()
-            parts.append("_")
-    flush()
-    return " ".join(parts)
+    return _gapped([samples.get(m) for m in range(MINUTES + 1)])
 
 
 # The counting is one term per class and SLI, the same code for each: four classes (two models in the first) catch

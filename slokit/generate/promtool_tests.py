@@ -723,9 +723,9 @@ def _long_gap_groups(spec: Spec) -> list[dict[str, Any]]:
     back, restarted = check - 3, check - 4
 
     def values(per_minute: int) -> str:
-        before = [number(per_minute * m) for m in range(GAP_SERVED + 1)]
-        after = [number(per_minute * (m - restarted)) for m in range(back, check + 1)]
-        return " ".join([*before, *["_"] * (back - GAP_SERVED - 1), *after])
+        before = [per_minute * m for m in range(GAP_SERVED + 1)]
+        after = [per_minute * (m - restarted) for m in range(back, check + 1)]
+        return _gapped([*before, *[None] * (back - GAP_SERVED - 1), *after])
 
     failing = RPM // 10
     inputs: dict[str, dict[str, str]] = {}
@@ -1291,11 +1291,14 @@ def _le_writer(spec: Spec, rc: RequestClass, sli: Sli, model: str) -> Callable[[
 
 
 def _gapped(values: Sequence[float | None]) -> str:
-    """promtool values with `_` where a value is None (no sample)."""
+    """promtool values with `_` where a value is None (no sample); a counter's drop (a restart) starts a new run."""
     parts: list[str] = []
     run: list[float] = []
     for value in [*values, None]:
         if value is not None:
+            if run and value < run[-1]:
+                parts.append(_piecewise(run))
+                run = []
             run.append(value)
             continue
         if run:
