@@ -71,15 +71,85 @@ def test_families_follow_records_label_by_label() -> None:
     assert set(m.FAMILY_OF_KIND) == set(AlertKind)
 
 
-def test_sample_is_deterministic_and_stratified() -> None:
+def test_sample_is_deterministic_and_weighted_by_each_family_s_share() -> None:
+    """The sample is uniform over the mutants: a family's share of a large sample is its share of the set (within
+    a few points), so the overall score is the set's, weighted by share; `family` draws from one family alone."""
     spec = _spec("summarize")
     everything = m.all_mutants(spec, rule_groups(spec))
     first = m.sample(everything, 21, seed=3)
     assert first == m.sample(everything, 21, seed=3)
     assert first != m.sample(everything, 21, seed=4)
-    assert len(first) == 21
+    assert len(first) == 21 and [x.index for x in first] == sorted(x.index for x in first)
+    large = m.sample(everything, 600, seed=3)
+    sizes = m.population(everything)
+    assert sizes[m.OVERALL] == len(everything)
     for family in m.FAMILIES:
-        assert sum(family in x.families for x in first) >= 3
+        share = sum(family in x.families for x in large) / len(large)
+        assert abs(share - sizes.get(family, 0) / len(everything)) < 0.06, family
+    tiers = m.sample(everything, 30, seed=3, family="tiers")
+    assert len(tiers) == 30 and all("tiers" in x.families for x in tiers)
+    assert len(m.sample(everything, 10**6, seed=3)) == len(everything)  # N past the set: every mutant
+
+
+def test_score_intervals_are_wilson_s_narrowed_by_the_share_of_the_set_that_ran() -> None:
+    """Published Wilson 95% intervals (Newcombe 1998, table I: 9/10 gives 0.596 to 0.982, 10/10 0.722 to 1),
+    for a sample of a much larger set; every mutant run gives the score itself; the report's rows carry them."""
+    low, high = m.wilson_interval(9, 10, 10**9)
+    assert (round(low, 3), round(high, 3)) == (0.596, 0.982)
+    low, high = m.wilson_interval(10, 10, 10**9)
+    assert (round(low, 3), high) == (0.722, 1.0)
+    assert m.wilson_interval(9, 10, 10) == (0.9, 0.9)
+    assert m.wilson_interval(9, 10, 20)[0] > 0.596  # half the set ran: narrower
+    mutant = m.Mutant(0, "number", 0, 0, "r", "1 -> 2", frozenset({"tiers"}), None)
+    outcomes = [m.Outcome(mutant, "killed", 1.0)] * 9 + [m.Outcome(mutant, "survived", 1.0)]
+    report = m.Report(outcomes, population={"tiers": 10**9, m.OVERALL: 10**9})
+    interval = report.interval("tiers")
+    assert interval is not None and (round(interval[0], 3), round(interval[1], 3)) == (0.596, 0.982)
+    assert "59.6% to 98.2%" in report.table() and report.rows() == ["tiers", None]
+    assert m.Report(outcomes, population={"tiers": 10}, family="tiers").rows() == ["tiers"]
+
+
+def test_the_wider_operators_change_one_thing_each() -> None:
+    """Arithmetic, matcher, grouping, aggregation and function mutants: binary operators only (not a sign or an
+    exponent), matchers other than `le` negated or dropped, one label out of a grouping list, neighbouring
+    aggregations and functions (not the `max` inside `max_over_time`)."""
+    spec = _spec("summarize")
+    expr = (
+        'sum by (model, class) (rate(x{namespace="batch",model="m"}[5m])) / -1e-3 * 2\n'
+        '- ignoring (a) max_over_time(y[5m]) + clamp_min(z, 0)'
+    )
+    found: dict[str, set[str]] = {}
+    for op, _, new in m.expr_mutations(expr, spec):
+        found.setdefault(op, set()).add(new)
+    assert found["arithmetic"] == {
+        expr.replace(") / -1e-3", ") * -1e-3"), expr.replace("-1e-3 * 2", "-1e-3 / 2"),
+        expr.replace("\n- ignoring", "\n+ ignoring"), expr.replace(") + clamp", ") - clamp"),
+    }  # fmt: skip
+    assert found["matcher"] == {
+        expr.replace('namespace="batch"', 'namespace!="batch"'), expr.replace('namespace="batch",', ""),
+        expr.replace('model="m"', 'model!="m"'), expr.replace(',model="m"', ""),
+    }  # fmt: skip
+    assert found["grouping"] == {
+        expr.replace("by (model, class)", "by (class)"), expr.replace("by (model, class)", "by (model)"),
+        expr.replace("ignoring (a)", "ignoring ()"),
+    }  # fmt: skip
+    assert found["aggregation"] == {expr.replace("sum by", "max by")}
+    assert found["function"] == {
+        expr.replace("rate(", "increase("), expr.replace("max_over_time", "min_over_time"),
+        expr.replace("clamp_min", "clamp_max"),
+    }  # fmt: skip
+    le_only = 'x{le="0.5"} - on (le) y'
+    assert not [d for op, d, _ in m.expr_mutations(le_only, spec) if op == "matcher"]
+
+
+def test_the_budget_records_are_mutated_as_a_family() -> None:
+    """The SLO window's records, which no alert reads, are mutated: the error budget is a family of its own."""
+    spec = _spec("summarize")
+    groups = rule_groups(spec)
+    everything = m.all_mutants(spec, groups)
+    budget = {x.rule_name for x in everything if m.BUDGET_FAMILY in x.families}
+    assert schema.RECORD_ERROR_BUDGET_REMAINING in budget
+    assert any(name.endswith("4w") for name in budget), budget
 
 
 def test_the_test_file_splits_into_files_of_rising_cost_with_every_group_once() -> None:

@@ -51,6 +51,14 @@ def generate(
         ),
     ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the --mutants sample.")] = 16,
+    family: Annotated[
+        str | None,
+        typer.Option(
+            "--family",
+            help="Draw the --mutants sample from one alert family's mutants: burn rate, tiers, baseline, "
+            "scale-out, consistency, engine, absent or budget.",
+        ),
+    ] = None,
 ) -> None:
     """Write specs' rules, alerts, promtool tests, dashboards, runbook, Kubernetes objects and Alertmanager config.
 
@@ -79,13 +87,15 @@ def generate(
     as they were; a kill during the renames is completed from the journal by the next run (or --check).
 
     --mutants N writes nothing: it breaks the rules N ways per spec (numbers, ranges, offsets, comparisons,
-    dropped clauses, deleted records, `for`, `le`) and reports the share of mutants the generated tests kill.
+    arithmetic, matchers, grouping labels, aggregations, functions, dropped clauses, deleted records, `for`, `le`),
+    drawn uniformly from all of them (--family: from one family's), and reports the share the generated tests
+    kill, overall and per family, with a 95% interval. N at least the number of mutants runs every one.
 
     Example: slokit generate examples/*.yaml -o . --check
     """
     _refuse_contradictions(ctx, mutants=mutants, check=check, no_promtool=no_promtool)
     if mutants:
-        _mutation_check(specs, mutants, seed, engine)
+        _mutation_check(specs, mutants, seed, engine, family)
         return
     check_output_dir(output)
     from slokit.generate import GenerateError, generate_all  # grafanalib and jinja2 load only for this command
@@ -145,7 +155,7 @@ def _refuse_contradictions(ctx: typer.Context, *, mutants: int, check: bool, no_
     (`--no-promtool`) or write into a folder (`-o`); `--seed` picks the mutants, so it means nothing without them.
     """
     given = set()
-    for name in ("output", "seed"):
+    for name in ("output", "seed", "family"):
         source = ctx.get_parameter_source(name)  # an enum of typer's own click copy: compared by name
         if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
             given.add(name)
@@ -159,9 +169,12 @@ def _refuse_contradictions(ctx: typer.Context, *, mutants: int, check: bool, no_
             if used:
                 typer.echo(f"--mutants {mutants} and {flag} contradict each other: {why}", err=True)
                 raise typer.Exit(EXIT_USAGE)
-    elif "seed" in given:
-        typer.echo("--seed picks the --mutants sample; without --mutants N it does nothing: drop it", err=True)
-        raise typer.Exit(EXIT_USAGE)
+    else:
+        for flag in ("seed", "family"):
+            if flag in given:
+                typer.echo(f"--{flag} picks the --mutants sample; without --mutants N it does nothing: drop it",
+                           err=True)  # fmt: skip
+                raise typer.Exit(EXIT_USAGE)
 
 
 def _missing_folders(output: Path, files: Mapping[str, str]) -> list[Path]:
@@ -180,11 +193,14 @@ def _remove_empty(folders: list[Path]) -> None:
             folder.rmdir()
 
 
-def _mutation_check(specs: list[Path] | None, n: int, seed: int, engine: Engine) -> None:
+def _mutation_check(specs: list[Path] | None, n: int, seed: int, engine: Engine, family: str | None) -> None:
     """`--mutants N`: the mutation score of each spec's generated tests, a table per spec."""
-    from slokit.generate.mutants import run_mutants
+    from slokit.generate.mutants import FAMILIES, OVERALL, run_mutants
     from slokit.local.prometheus import PROMTOOL_BINARY, find_binary
 
+    if family is not None and family not in FAMILIES:
+        typer.echo(f"--family {family!r} is not an alert family; use one of: {', '.join(FAMILIES)}", err=True)
+        raise typer.Exit(EXIT_USAGE)
     if engine is not Engine.PROMETHEUS:
         typer.echo("--mutants needs --engine prometheus: promtool runs the generated tests", err=True)
         raise typer.Exit(EXIT_USAGE)
@@ -195,8 +211,13 @@ def _mutation_check(specs: list[Path] | None, n: int, seed: int, engine: Engine)
     typer.echo(f"running the generated tests with {describe(promtool, PROMTOOL_BINARY)}", err=True)
     failed = False
     for spec in load_specs_or_exit(specs):
-        report = run_mutants(spec, n, seed=seed)
-        typer.echo(f"{spec.service} ({spec.path}): {len(report.outcomes)} mutants, seed {seed}")
+        report = run_mutants(spec, n, seed=seed, family=family)
+        drawn = (
+            f"of the {family} family's {report.population.get(family, 0)}"
+            if family
+            else f"of {report.population.get(OVERALL, 0)}"
+        )
+        typer.echo(f"{spec.service} ({spec.path}): {len(report.outcomes)} mutants {drawn}, seed {seed}")
         if not report.baseline_ok:
             typer.echo(f"the unmutated rules fail their own tests:\n{report.baseline_output}", err=True)
             failed = True

@@ -23,6 +23,7 @@ reads none of them evaluates the same values with or without the mutant, so it c
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import tempfile
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from slokit import schema
 from slokit.generate.model import AlertKind, AlertRule, RecordingRule, RuleGroup
 from slokit.promql import le_matcher, number, quote
 from slokit.spec import Spec
@@ -49,7 +51,11 @@ FAMILY_OF_KIND: Final[Mapping[AlertKind, str]] = {
     AlertKind.ABSENT: "absent",
     AlertKind.EXPORTER_GONE: "absent",
 }
-FAMILIES: Final = tuple(dict.fromkeys(FAMILY_OF_KIND.values()))
+# The error budget (the SLO window's records, which the report and the dashboards read) is checked by the generated
+# tests like an alert, and its records are mutated like an alert's.
+BUDGET_FAMILY: Final = "budget"
+FAMILIES: Final = (*dict.fromkeys(FAMILY_OF_KIND.values()), BUDGET_FAMILY)
+OVERALL: Final = "overall"
 SCALE: Final = 0.25  # numeric literals are scaled by 1 +- SCALE (0 becomes 1)
 DEFAULT_SEED: Final = 16
 DEFAULT_WORKERS: Final = 2
@@ -80,13 +86,38 @@ class Outcome:
     output: str = ""
 
 
+Z_95: Final = 1.959964  # the normal quantile of a two-sided 95% interval
+
+
+def wilson_interval(killed: int, valid: int, population: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a kill share from `killed` of `valid` mutants drawn without replacement from a
+    set of `population`: the finite-population correction narrows it, to the point itself when every mutant ran.
+
+    Wilson's interval, not the normal one: scores sit near 1, where the normal interval runs past 1 and shrinks to
+    nothing when every sampled mutant is killed."""
+    if valid <= 0:
+        return (0.0, 1.0)
+    share = killed / valid
+    if population <= valid:
+        return (share, share)
+    n = valid * (population - 1) / (population - valid)  # the sample size the correction is worth
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
 @dataclass
 class Report:
-    """Kill counts per family and overall."""
+    """Kill counts per family and overall, with the sizes of the sets the sample was drawn from.
+
+    The sample is uniform over the mutants (of one family, with `family`), so each family's mutants are in it in
+    proportion to their share and the overall score estimates the whole set's, weighted by share."""
 
     outcomes: list[Outcome] = field(default_factory=list)
     baseline_ok: bool = True
     baseline_output: str = ""
+    population: dict[str, int] = field(default_factory=dict)  # family (OVERALL: all) -> mutants the spec has
+    family: str | None = None  # the family the sample was drawn from; None: every mutant
 
     def counts(self, family: str | None = None) -> dict[str, int]:
         """killed/survived/invalid/timeout counts of the mutants of `family` (None: all)."""
@@ -102,16 +133,36 @@ class Report:
         valid = c["killed"] + c["survived"] + c["timeout"]
         return c["killed"] / valid if valid else None
 
+    def interval(self, family: str | None = None) -> tuple[float, float] | None:
+        """The 95% interval of `family`'s score over all its mutants (None: overall), from this sample; None when
+        the sample has no valid mutant of it. Invalid mutants are assumed as common in the set as in the sample."""
+        c = self.counts(family)
+        valid = c["killed"] + c["survived"] + c["timeout"]
+        if not valid:
+            return None
+        sampled = valid + c["invalid"]
+        size = self.population.get(family or OVERALL, sampled)
+        return wilson_interval(c["killed"], valid, max(valid, round(size * valid / sampled)))
+
+    def rows(self) -> list[str | None]:
+        """The families the table reports (None: overall). A sample drawn from one family reports that family
+        alone: the other families its mutants belong to are not uniform samples of theirs."""
+        if self.family is not None:
+            return [self.family]
+        return [f for f in FAMILIES if any(self.counts(f).values())] + [None]
+
     def table(self) -> str:
         """A plain-text table: one row per family that has mutants, then overall."""
-        rows = [("family", "killed", "survived", "timeout", "invalid", "score")]
-        for family in [*FAMILIES, None]:
+        rows: list[tuple[str, ...]] = [
+            ("family", "mutants", "run", "killed", "survived", "timeout", "invalid", "score", "95% interval")
+        ]
+        for family in self.rows():
             c = self.counts(family)
-            if family is not None and not any(c.values()):
-                continue
-            s = self.score(family)
-            rows.append((family or "overall", str(c["killed"]), str(c["survived"]), str(c["timeout"]),
-                         str(c["invalid"]), "-" if s is None else f"{s:.0%}"))  # fmt: skip
+            s, ci = self.score(family), self.interval(family)
+            counted = [str(c[k]) for k in ("killed", "survived", "timeout", "invalid")]
+            shown = ["-" if s is None else f"{s:.1%}", "-" if ci is None else f"{ci[0]:.1%} to {ci[1]:.1%}"]
+            name = family or OVERALL
+            rows.append((name, str(self.population.get(name, "-")), str(sum(c.values())), *counted, *shown))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -132,6 +183,9 @@ _SET_OP = re.compile(r"\b(and|or|unless)\b")
 _LE = re.compile(r'(?<![\w])le(=~|=)"((?:[^"\\]|\\.)*)"')  # the `le` label, not the end of `quantile`
 _SELECTOR = re.compile(r"([a-zA-Z_:][\w:]*)\s*(\{[^}]*\})?")
 _EQ = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_NAME_OF_EVERYTHING: Final = "__name__"
+_KEYWORDS: Final = frozenset({"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
+                              "group_left", "group_right", "inf", "nan", "Inf", "NaN"})  # fmt: skip
 
 
 def _masked(expr: str) -> str:
@@ -246,8 +300,10 @@ def _le_text(seconds: float) -> str:
     return f"{label}{op}{quote(value)}"
 
 
-def expr_mutations(expr: str, spec: Spec) -> Iterator[tuple[str, str, str]]:
-    """(operator, description, new expr) for every mutation site of one expression."""
+def expr_mutations(
+    expr: str, spec: Spec, parameters: Mapping[str, Sequence[Mapping[str, str]]] = {}
+) -> Iterator[tuple[str, str, str]]:  # fmt: skip
+    """(operator, description, new expr) for every mutation site of one expression (`parameters`: _matchers)."""
     masked = _masked(expr)
     for m in _NUMBER.finditer(masked):
         value = float(m.group(1))
@@ -281,6 +337,11 @@ def expr_mutations(expr: str, spec: Spec) -> Iterator[tuple[str, str, str]]:
             begin = _operand_start(expr, start, depth, p)
             left = " ".join(expr[begin:start].split())
             yield "clause", f"dropped `{left[:80]} or`", _tidy(expr[:begin] + expr[end:])
+    constant = constant_labels(spec)
+    yield from _arithmetic(expr)
+    yield from _matchers(expr, constant, parameters)
+    yield from _groupings(masked, expr, constant)
+    yield from _calls(masked, expr)
     for m in _LE.finditer(expr):
         bound = _le_value(m.group(1), m.group(2))
         if bound is None:
@@ -290,6 +351,155 @@ def expr_mutations(expr: str, spec: Spec) -> Iterator[tuple[str, str, str]]:
         for new in neighbours:
             text = _le_text(new)
             yield "le", f"{m.group(0)} -> {text}", expr[: m.start()] + text + expr[m.end() :]
+
+
+_ARITHMETIC_SWAP: Final = {"+": "-", "-": "+", "*": "/", "/": "*"}
+_EXPONENT: Final = re.compile(r"\d(?:\.\d+)?e$")
+_MATCHER: Final = re.compile(r'\s*,?\s*([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")')
+_MATCHER_SWAP: Final = {"=": "!=", "!=": "=", "=~": "!~", "!~": "=~"}
+_GROUPING: Final = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^()]*)\)")
+_AGGREGATION: Final = re.compile(r"\b(sum|min|max|avg|count)\b(?=\s*(?:\(|by\b|without\b))")
+_AGGREGATION_SWAP: Final = {"sum": "max", "max": "min", "min": "max", "avg": "max", "count": "sum"}
+_CALL: Final = re.compile(r"\b([a-z_]+)(?=\s*\()")
+# A function replaced by its nearest neighbour: a bug of the kind a hand-written rule has (rate for increase, the
+# wrong end of a range, the other clamp).
+_FUNCTION_SWAP: Final = {
+    "rate": "increase", "increase": "rate", "irate": "rate", "deriv": "rate",
+    "max_over_time": "min_over_time", "min_over_time": "max_over_time", "avg_over_time": "max_over_time",
+    "last_over_time": "max_over_time", "sum_over_time": "max_over_time", "count_over_time": "present_over_time",
+    "present_over_time": "count_over_time", "clamp_min": "clamp_max", "clamp_max": "clamp_min",
+    "ceil": "floor", "floor": "ceil",
+}  # fmt: skip
+
+
+def constant_labels(spec: Spec) -> frozenset[str]:
+    """The recorded labels that take one value in everything the spec's rules write: `model` where the spec has
+    one model, `class` where it has one class, `slo` where every class has the same one SLI, and a deployment
+    scope label every model pins to the same value (`namespace` where every model runs in one).
+
+    Matching `on` such a label, or selecting a recorded series by it, is the same as not: those mutants are
+    equivalent for the spec (no test can tell them apart) and are not made. `service` is never among them: other
+    services' records share the Prometheus (the generated tests write a neighbour's). Raw series are not
+    recorded series: another model in the same namespace is as real as a neighbour service."""
+    slis = {sli for rc in spec.classes for sli in rc.slos}
+    counts = {schema.RULE_LABEL_MODEL: len(spec.models), schema.RULE_LABEL_CLASS: len(spec.classes),
+              schema.RULE_LABEL_SLO: len(slis)}  # fmt: skip
+    scopes = [dict(m.selector) for m in spec.models] or [dict(spec.selector)]
+    shared = {k for k, v in scopes[0].items() if all(scope.get(k) == v for scope in scopes)}
+    return frozenset({label for label, n in counts.items() if n == 1} | shared)
+
+
+def _arithmetic(expr: str) -> Iterator[tuple[str, str, str]]:
+    """`+`/`-` and `*`/`/` swapped: binary operators only (not a sign, not a number's exponent), outside strings,
+    matchers and ranges."""
+    masked = re.sub(r"\[[^\]]*\]", lambda m: " " * len(m.group(0)), _masked(expr))
+    for i, ch in enumerate(masked):
+        if ch not in _ARITHMETIC_SWAP:
+            continue
+        before = expr[:i].rstrip()
+        if not before or not (before[-1] in ')]}"_' or before[-1].isalnum()):
+            continue  # a sign, or after another operator
+        if ch in "+-" and _EXPONENT.search(before):
+            continue
+        yield "arithmetic", f"{ch} -> {_ARITHMETIC_SWAP[ch]}", expr[:i] + _ARITHMETIC_SWAP[ch] + expr[i + 1 :]
+
+
+def _picks(written: Sequence[Mapping[str, str]], matchers: Mapping[str, str]) -> list[int]:
+    """Which of a parameter record's series (their labels, in rule order) equality `matchers` select."""
+    return [i for i, labels in enumerate(written) if all(labels.get(k, "") == v for k, v in matchers.items())]
+
+
+def _matchers(
+    expr: str, constant: frozenset[str] = frozenset(), parameters: Mapping[str, Sequence[Mapping[str, str]]] = {}
+) -> Iterator[tuple[str, str, str]]:  # fmt: skip
+    """Each distinct label matcher negated, and dropped, wherever the expression has it: the bug of a rule that
+    selects the wrong scope, or forgot one (`le`, which the `le` operator moves, and `__name__` left alone).
+
+    Wherever it is, not at one place: a rule repeats its selectors (a tile reads each counter four times, joined
+    by binary operators that match each term to the others), so one copy without its matcher is filtered again
+    by the others and changes nothing, while a rule written without the matcher reads the other scope throughout.
+    Not dropped where that is provably the same: a matcher of a `constant` label on a recorded series
+    (constant_labels), and one of a parameter series (`parameters`: record name -> each of its series' labels,
+    all written as constants) whose other matchers select the same series without it (a burn factor's `long`
+    beside its `short`)."""
+    blanked = _QUOTED.sub(lambda m: " " * len(m.group(0)), expr)
+    places: dict[tuple[str, str, str], list[tuple[int, int, int, int, bool]]] = {}
+    for braces in re.finditer(r"\{[^}]*\}", blanked):
+        head = re.search(r"([a-zA-Z_:][\w:]*)\s*$", blanked[: braces.start()])
+        name = head.group(1) if head is not None else ""
+        inside_start = braces.start() + 1
+        inside = expr[inside_start : braces.end() - 1]
+        pinned = dict(_EQ.findall(inside))
+        written = parameters.get(name, ())
+        for m in _MATCHER.finditer(inside):
+            label, op, value = m.groups()
+            if label in ("le", _NAME_OF_EVERYTHING):
+                continue
+            # the whole matcher with its comma: the one before it, or for the first the one after it
+            s, e = inside_start + m.start(), inside_start + m.end()
+            if not expr[s:e].lstrip().startswith(","):
+                comma = re.match(r"\s*,", expr[e:])
+                e += comma.end() if comma else 0
+            same = (":" in name and label in constant) or (
+                bool(written) and _picks(written, pinned) == _picks(written, {k: v for k, v in pinned.items()
+                                                                              if k != label}))  # fmt: skip
+            op_at = inside_start + m.start(2)
+            places.setdefault((label, op, value), []).append((s, e, op_at, op_at + len(op), same))
+    for (label, op, value), spans in places.items():
+        negated = expr
+        for _, _, s, e, _ in sorted(spans, reverse=True):
+            negated = negated[:s] + _MATCHER_SWAP[op] + negated[e:]
+        yield "matcher", f"{label}{op}{value} -> {label}{_MATCHER_SWAP[op]}{value}", negated
+        kept = [span for span in spans if not span[4]]
+        if not kept:
+            continue
+        dropped = expr
+        for s, e, _, _, _ in sorted(kept, reverse=True):
+            dropped = dropped[:s] + dropped[e:]
+        yield "matcher", f"{label}{op}{value} dropped", dropped
+
+
+def _pinned_throughout(expr: str, label: str) -> bool:
+    """Whether every selector of `expr` pins `label` to one and the same value: then both sides of any binary
+    operator in it have that value, and matching `on` the label or not is the same."""
+    stripped = _QUOTED.sub(lambda m: '"' + "x" * (len(m.group(0)) - 2) + '"', expr)
+    stripped = _GROUPING.sub(lambda m: " " * len(m.group(0)), stripped)
+    stripped = re.sub(r"\b\d[\w.]*", lambda m: " " * len(m.group(0)), stripped)  # numbers and durations
+    values = set()
+    for m in _SELECTOR.finditer(stripped):
+        if m.group(2) is None:
+            if m.group(1) in _KEYWORDS or expr[m.end() :].lstrip().startswith("("):
+                continue  # a keyword, a function or an aggregation, not a selector
+            return False
+        pinned = dict(_EQ.findall(expr[m.start(2) : m.end(2)]))
+        if label not in pinned:
+            return False
+        values.add(pinned[label])
+    return len(values) == 1
+
+
+def _groupings(masked: str, expr: str, constant: frozenset[str] = frozenset()) -> Iterator[tuple[str, str, str]]:
+    """One label taken out of a `by`, `without`, `on`, `ignoring` or `group_left`/`group_right` list; a `constant`
+    label is left in an `on` list (constant_labels)."""
+    for m in _GROUPING.finditer(masked):
+        labels = [label.strip() for label in m.group(2).split(",") if label.strip()]
+        for label in labels:
+            if m.group(1) == "on" and (label in constant or _pinned_throughout(expr, label)):
+                continue
+            kept = ", ".join(x for x in labels if x != label)
+            s, e = m.span(2)
+            yield "grouping", f"{m.group(1)} ({', '.join(labels)}) -> {m.group(1)} ({kept})", expr[:s] + kept + expr[e:]
+
+
+def _calls(masked: str, expr: str) -> Iterator[tuple[str, str, str]]:
+    """Aggregations and functions replaced by their neighbours (_AGGREGATION_SWAP, _FUNCTION_SWAP)."""
+    for m in _AGGREGATION.finditer(masked):
+        new = _AGGREGATION_SWAP[m.group(1)]
+        yield "aggregation", f"{m.group(1)} -> {new}", expr[: m.start()] + new + expr[m.end() :]
+    for m in _CALL.finditer(masked):
+        new = _FUNCTION_SWAP.get(m.group(1), "")
+        if new:
+            yield "function", f"{m.group(1)}() -> {new}()", expr[: m.start()] + new + expr[m.end() :]
 
 
 def _duration_changes(text: str) -> list[tuple[str, str]]:
@@ -302,10 +512,12 @@ def _duration_changes(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def rule_mutations(rule: RecordingRule | AlertRule, spec: Spec) -> Iterator[tuple[str, str, dict[str, Any] | None]]:
+def rule_mutations(
+    rule: RecordingRule | AlertRule, spec: Spec, parameters: Mapping[str, Sequence[Mapping[str, str]]] = {}
+) -> Iterator[tuple[str, str, dict[str, Any] | None]]:  # fmt: skip
     """(operator, description, replacement rule data or None to delete) for one rule."""
     data = rule.to_data()
-    for operator, description, expr in expr_mutations(rule.expr, spec):
+    for operator, description, expr in expr_mutations(rule.expr, spec, parameters):
         if expr != rule.expr:
             yield operator, description, {**data, "expr": expr}
     if isinstance(rule, RecordingRule):
@@ -364,6 +576,10 @@ def rule_families(groups: Sequence[RuleGroup]) -> dict[tuple[int, int], frozense
                 family = FAMILY_OF_KIND[alert.kind]
                 out[(g, r)] = frozenset({family})
                 mark(alert.expr, family, set())
+    for key, record in records.items():
+        if record.record == schema.RECORD_ERROR_BUDGET_REMAINING:
+            families[key].add(BUDGET_FAMILY)
+            mark(record.expr, BUDGET_FAMILY, {key})
     out.update({key: frozenset(value) for key, value in families.items()})
     return out
 
@@ -373,7 +589,12 @@ def rule_families(groups: Sequence[RuleGroup]) -> dict[tuple[int, int], frozense
 # ==============================================================================================================
 def all_mutants(spec: Spec, groups: Sequence[RuleGroup]) -> list[Mutant]:
     """Every mutant of the spec's rule groups that some alert family reads, in a fixed order."""
+    from slokit.generate.rules import parameter_rules
+
     families = rule_families(groups)
+    parameters: dict[str, list[Mapping[str, str]]] = {}
+    for constant in parameter_rules(spec):
+        parameters.setdefault(constant.record, []).append(constant.labels)
     out: list[Mutant] = []
     for g, group in enumerate(groups):
         for r, rule in enumerate(group.rules):
@@ -381,31 +602,24 @@ def all_mutants(spec: Spec, groups: Sequence[RuleGroup]) -> list[Mutant]:
             if not fam:
                 continue
             name = rule.record if isinstance(rule, RecordingRule) else rule.name
-            for operator, description, replacement in rule_mutations(rule, spec):
+            for operator, description, replacement in rule_mutations(rule, spec, parameters):
                 out.append(Mutant(len(out), operator, g, r, name, description, fam, replacement))
     return out
 
 
-def sample(mutants: Sequence[Mutant], n: int, seed: int = DEFAULT_SEED) -> list[Mutant]:
-    """`n` mutants (all if fewer), stratified over families: each family's mutants shuffled with `seed`, then
-    taken round robin in FAMILIES order; returned in index order."""
-    rng = random.Random(seed)
-    pools: dict[str, list[Mutant]] = {}
-    for family in FAMILIES:
-        pool = [m for m in mutants if family in m.families]
-        rng.shuffle(pool)
-        if pool:
-            pools[family] = pool
-    chosen: dict[int, Mutant] = {}
-    while len(chosen) < min(n, len(mutants)) and any(pools.values()):
-        for family in FAMILIES:
-            pool = pools.get(family, [])
-            while pool and pool[0].index in chosen:
-                pool.pop(0)
-            if pool and len(chosen) < n:
-                m = pool.pop(0)
-                chosen[m.index] = m
-    return [chosen[i] for i in sorted(chosen)]
+def population(mutants: Sequence[Mutant]) -> dict[str, int]:
+    """How many mutants each family has, and all of them (OVERALL)."""
+    out = {family: sum(family in m.families for m in mutants) for family in FAMILIES}
+    return {**{f: n for f, n in out.items() if n}, OVERALL: len(mutants)}
+
+
+def sample(mutants: Sequence[Mutant], n: int, seed: int = DEFAULT_SEED, family: str | None = None) -> list[Mutant]:
+    """`n` mutants (all if fewer) drawn uniformly without replacement, from those of `family` when given; returned
+    in index order. Uniform, so every family is in the sample in proportion to its share of the mutants: the
+    overall score is then the whole set's weighted by share, not an average of families of very different size."""
+    pool = [m for m in mutants if family is None or family in m.families]
+    chosen = random.Random(seed).sample(pool, min(n, len(pool)))
+    return sorted(chosen, key=lambda m: m.index)
 
 
 def mutated_rule_file(groups: Sequence[RuleGroup], mutant: Mutant) -> dict[str, Any]:
@@ -427,7 +641,6 @@ def mutated_rule_file(groups: Sequence[RuleGroup], mutant: Mutant) -> dict[str, 
 # ==============================================================================================================
 # Running
 # ==============================================================================================================
-_NAME_OF_EVERYTHING: Final = "__name__"
 ALERT_SERIES: Final = ("ALERTS", "ALERTS_FOR_STATE")
 
 
@@ -570,8 +783,10 @@ def by_cost(unit: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 def run_mutants(
     spec: Spec, n: int, *, seed: int = DEFAULT_SEED, workers: int = DEFAULT_WORKERS,
     timeout: float = DEFAULT_TIMEOUT_S, mutants: Iterable[Mutant] | None = None, check_baseline: bool = True,
+    family: str | None = None,
 ) -> Report:  # fmt: skip
-    """Sample `n` mutants of the spec's generated rules and run the spec's generated tests on each.
+    """Sample `n` mutants of the spec's generated rules (of one `family`, when given) and run the spec's generated
+    tests on each; `mutants` runs those instead of a sample.
 
     The unmutated rules run first; when they fail their own tests nothing else runs (`baseline_ok` False). A
     caller that has just run the same generated tests on the unmutated rules (a test suite) may skip that run
@@ -588,8 +803,9 @@ def run_mutants(
         units = {"counters.yaml": counters, **units}
     files = _test_files(units)
     tests = tests_for(files, None)
-    chosen = list(mutants) if mutants is not None else sample(all_mutants(spec, groups), n, seed)
-    report = Report()
+    everything = all_mutants(spec, groups)
+    chosen = list(mutants) if mutants is not None else sample(everything, n, seed, family)
+    report = Report(population=population(everything), family=family)
     if check_baseline:
         status, _, output = _run_one(to_yaml({"groups": [g.to_data() for g in groups]}), tests, rules_name, timeout)
         if status != "survived":
@@ -607,7 +823,7 @@ def run_mutants(
 
 
 __all__ = [
-    "FAMILIES", "FAMILY_OF_KIND", "Mutant", "Outcome", "Report", "affected_names", "all_mutants", "by_cost",
-    "expr_mutations", "mutated_rule_file", "observes", "rule_families", "rule_mutations", "run_mutants", "sample",
-    "tests_for",
+    "BUDGET_FAMILY", "FAMILIES", "FAMILY_OF_KIND", "OVERALL", "Mutant", "Outcome", "Report", "affected_names",
+    "all_mutants", "by_cost", "expr_mutations", "mutated_rule_file", "observes", "population", "rule_families",
+    "rule_mutations", "run_mutants", "sample", "tests_for", "wilson_interval",
 ]  # fmt: skip

@@ -33,6 +33,7 @@ from slokit.generate.rules import (
     TILE_SEEN,
     failure_terms,
     model_facts,
+    parameter_rules,
     rule_groups,
     rules_path,
 )
@@ -207,15 +208,16 @@ def _histogram_labels(spec: Spec, model: str, rc: RequestClass, sli: Sli, replic
 def _histogram_inputs(
     spec: Spec, model: str, rc: RequestClass, sli: Sli, scenario: Scenario | None, minutes: int,
     values: Callable[[float, int], str] | None = None, bounds: Sequence[float] | None = None,
+    relabel: Mapping[str, str] | None = None,
 ) -> tuple[list[dict[str, str]], list[float]]:  # fmt: skip
     """Input series of one histogram; returns them and the cumulative per-minute counts (+Inf last).
 
     `values(per_minute, minutes)` writes each series' promtool values (default: a steady counter from zero);
-    `bounds` its finite boundaries (default: the class's SLI histogram's)."""
+    `bounds` its finite boundaries (default: the class's SLI histogram's); `relabel` labels set over its own."""
     series_values = values or _series_values
     bounds = spec.histogram_buckets(rc, sli) if bounds is None else bounds
     name = spec.histogram(rc, sli).name
-    base = _histogram_labels(spec, model, rc, sli)
+    base = {**_histogram_labels(spec, model, rc, sli), **(relabel or {})}
     write = _le_writer(spec, rc, sli, model)
     if scenario is None:
         per_bucket = [0.0] * (len(bounds) + 1)
@@ -233,9 +235,11 @@ def _histogram_inputs(
     return out, cumulative
 
 
-def _requests_input(spec: Spec, model: str, rc: RequestClass, per_minute: float, minutes: int) -> dict[str, str]:
+def _requests_input(
+    spec: Spec, model: str, rc: RequestClass, per_minute: float, minutes: int, relabel: Mapping[str, str] | None = None
+) -> dict[str, str]:  # fmt: skip
     metrics = spec.metrics
-    labels = _raw_labels(spec, model, rc)
+    labels = {**_raw_labels(spec, model, rc), **(relabel or {})}
     if metrics.finish_reason_label:
         labels[metrics.finish_reason_label] = "stop"
     return {
@@ -437,6 +441,92 @@ def _readers(spec: Spec, slos: Sequence[SloKey]) -> dict[int, list[SloKey]]:
     return out
 
 
+NEIGHBOUR: Final = "neighbour"  # appended to a label value: a series of someone else's
+NEIGHBOUR_INPUT: Final = "slokit_neighbour_input"  # on a neighbour's recorded series: the record it stands for
+
+
+def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple[list[dict[str, str]], dict[str, int]]:
+    """What shares a Prometheus with the service and must count for nothing in its rules, every request of it
+    slower than every bound: for each SLO's histogram, one copy per label its selector pins with `=` (the
+    deployment scope, the model, the class, the histogram's own matchers), that label's value not the one pinned
+    (the same model in another namespace, another model in the same namespace, ...); and a neighbour service's
+    recorded series, every record this file writes, under the neighbour's `service`, with the SLO labels of the
+    tested models (another rule file writes them under the same names) and a label of their own
+    (NEIGHBOUR_INPUT): a series a broken rule derives from one of them never has the labels of another input,
+    which would hide it (Prometheus keeps the first sample of a timestamp).
+
+    In a scenario where the service is healthy, a rule that drops one of those matchers (or reads a record
+    without its `service`) reads a neighbour's slow requests or records and fires. The recorded series are the
+    one input of the tests that is not raw: the neighbour's, never the records under test.
+
+    Returns the series and, per label, how many of them carry a neighbour's value of it."""
+    q = queries.Queries(spec)
+    out: list[dict[str, str]] = []
+    written: set[str] = set()
+    per_label: dict[str, int] = {}
+    for rc, sli, model in slos:
+        base = _histogram_labels(spec, model, rc, sli)
+        for label, op, value in q.histogram_matchers(rc, sli, [model]):
+            if op != "=" or label == "le" or base.get(label) != value:
+                continue
+            series, _ = _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes,
+                                          relabel={label: f"{value}-{NEIGHBOUR}"})  # fmt: skip
+            new = [s for s in series if s["series"] not in written]
+            out += new
+            written.update(s["series"] for s in new)
+            per_label[label] = per_label.get(label, 0) + len(new)
+        for relabel in _neighbour_scopes(spec, model, rc):
+            request = _requests_input(spec, model, rc, RPM, minutes, relabel)
+            if request["series"] not in written:
+                written.add(request["series"])
+                out.append(request)
+                for label in relabel:
+                    per_label[label] = per_label.get(label, 0) + 1
+    service = f"{spec.service}-{NEIGHBOUR}"
+    parameters = {(rule.record, tuple(sorted(rule.labels.items()))) for rule in parameter_rules(spec)}
+    for group in rule_groups(spec):
+        for rule in group.rules:
+            if not isinstance(rule, RecordingRule):
+                continue
+            # the neighbour's parameters (thresholds, factors, limits) low, its measurements high: every alert
+            # of the neighbour's that a broken rule of ours evaluates is over its threshold
+            parameter = (rule.record, tuple(sorted(rule.labels.items()))) in parameters
+            value = "0.001" if parameter else "1000"
+            for rc, sli, model in slos:
+                labels = {**({} if parameter else _slo_series_labels(spec, model, rc, sli)), **rule.labels}
+                theirs = [k for k, v in labels.items() if v == spec.service]
+                labels.update(dict.fromkeys(theirs, service))
+                # which input it is: a series a rule derives from it (even under the same name) is a new one
+                labels[NEIGHBOUR_INPUT] = rule.record
+                text = selector(rule.record, [(k, "=", v) for k, v in sorted(labels.items())])
+                if text not in written:
+                    written.add(text)
+                    out.append({"series": text, "values": f"{value}x{minutes}"})
+                    for label in theirs:
+                        per_label[label] = per_label.get(label, 0) + 1
+    return out, per_label
+
+
+def _neighbour_scopes(spec: Spec, model: str, rc: RequestClass | None) -> list[dict[str, str]]:
+    """One relabelling per label a model's raw selector pins with `=` (its deployment scope, model, class): that
+    label's value made a neighbour's."""
+    base = _raw_labels(spec, model, rc)
+    return [{label: f"{value}-{NEIGHBOUR}"}
+            for label, op, value in queries.Queries(spec).raw_matchers(model, rc.name if rc else None)
+            if op == "=" and base.get(label) == value]  # fmt: skip
+
+
+def _nothing_written_for_neighbours(per_label: Mapping[str, int], at: int) -> list[dict[str, Any]]:
+    """A check that the rules write no series of a neighbour's: as many series carry a neighbour's label value
+    as were put in (`per_label`: label -> how many). A rule that reads a neighbour's series and passes its labels
+    on (a window record of the neighbour's service, the counter record of another model) adds some; no alert
+    need fire for that. (A series with two labels of a neighbour's would count twice; the neighbours have one.)"""
+    if not per_label:
+        return []
+    terms = [f'(count({{{label}=~".+-{NEIGHBOUR}"}}) or vector(0))' for label in sorted(per_label)]
+    return [{"expr": " + ".join(terms), "eval_time": _dur(at), "exp_samples": [{"value": sum(per_label.values())}]}]
+
+
 def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, Any]]:
     """Four scenarios, each over every SLO of the spec at once: all slow, healthy, zero traffic, inconsistent.
 
@@ -518,7 +608,9 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
         if slo.objective is None:
             continue
         labels = _slo_series_labels(spec, model, rc, sli)
-        for window in ("5m", prom_duration(spec.window)):
+        # every window: each ratio's fallback to 0 where nothing was requested (a ratio absent there leaves a
+        # dashboard blank and the budget unknown)
+        for window in record_windows(spec, schema.record_error_ratio):
             for record in (schema.record_error_ratio(window), schema.record_burn_rate(window)):
                 matchers = sorted((k2, "=", v) for k2, v in labels.items())
                 exprs.append({"expr": selector(record, matchers), "eval_time": "10m",
@@ -537,8 +629,13 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
         calm += [{"expr": selector(schema.record_error_ratio(w), matchers), "eval_time": _dur(end),
                   "exp_samples": [{"labels": selector(schema.record_error_ratio(w), matchers), "value": 0}]}
                  for w in windows]  # fmt: skip
+    neighbours, per_label = _neighbour_series(spec, [(rc, sli, model) for rc, sli, _, model in slos], minutes)
+    healthy += neighbours
+    calm += _nothing_written_for_neighbours(per_label, end)
     healthy_group: dict[str, Any] = {
-        "name": "healthy: every request in the highest bucket under every alerting threshold; error ratios 0",
+        "name": "healthy: every request in the highest bucket under every alerting threshold; error ratios 0; "
+        "beside it, neighbours every request of which is slow (another namespace, model or class, another "
+        "service's records)",
         "interval": "1m", "input_series": healthy, "alert_rule_test": _silent([*firing, *quiet_consistency], end),
     }  # fmt: skip
     if calm:
@@ -597,19 +694,30 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
     end = (minutes - 2) * 60
 
     def inputs(full: bool, busy: bool) -> list[dict[str, str]]:
-        out = []
+        return [s for model in _tested_specs(spec) for s in engine(model, full, busy)]
+
+    def engine(model: Any, full: bool, busy: bool, relabel: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+        m = [(k, "=", v) for k, v in {**_raw_labels(spec, model.name, None), **(relabel or {})}.items()]
+        running = model.max_num_seqs if full else (max(1, model.max_num_seqs // 2) if busy else 0)
+        return [
+            *_optional(metrics.requests_waiting, m, f"{5 if full else 0}x{minutes}"),
+            {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
+            *_optional(metrics.kv_cache_usage, m, f"{number(0.99 if full else 0.5 if busy else 0)}x{minutes}"),
+            *_optional(metrics.preemptions, m, _series_values(60 if full else 0, minutes)),
+            {"series": selector(metrics.generation_tokens, m), "values": _series_values(600 if busy else 0, minutes)},
+        ]
+
+    def neighbours() -> tuple[list[dict[str, str]], dict[str, int]]:
+        """Each tested model's engine full and queueing under a neighbour's scope (_neighbour_scopes)."""
+        out: list[dict[str, str]] = []
+        per_label: dict[str, int] = {}
         for model in _tested_specs(spec):
-            m = [(k, "=", v) for k, v in _raw_labels(spec, model.name, None).items()]
-            running = model.max_num_seqs if full else (max(1, model.max_num_seqs // 2) if busy else 0)
-            out += [
-                *_optional(metrics.requests_waiting, m, f"{5 if full else 0}x{minutes}"),
-                {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
-                *_optional(metrics.kv_cache_usage, m, f"{number(0.99 if full else 0.5 if busy else 0)}x{minutes}"),
-                *_optional(metrics.preemptions, m, _series_values(60 if full else 0, minutes)),
-                {"series": selector(metrics.generation_tokens, m),
-                 "values": _series_values(600 if busy else 0, minutes)},
-            ]  # fmt: skip
-        return out
+            for relabel in _neighbour_scopes(spec, model.name, None):
+                series = engine(model, True, True, relabel)
+                out += series
+                for label in relabel:
+                    per_label[label] = per_label.get(label, 0) + len(series)
+        return out, per_label
 
     def replicas() -> list[dict[str, str]]:
         out = []
@@ -621,6 +729,8 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
                     {"series": selector(metrics.requests_running, m), "values": f"{running}x{minutes}"},
                 ]
         return out
+
+    nearby, nearby_labels = neighbours()
 
     def value(rule: AlertRule, at: int) -> tuple[float, dict[str, str]]:
         labels = {
@@ -639,8 +749,10 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
         {"name": "engines full and queueing" + (", KV cache at 99%, preempting 1/s" if metrics.kv_cache_usage else ""),
          "interval": "1m",
          "input_series": inputs(True, True), "alert_rule_test": _checks(rules, rules, value, timed=True)},
-        {"name": "engines healthy: half full, nothing waiting", "interval": "1m",
-         "input_series": inputs(False, True), "alert_rule_test": _silent(rules, end)},
+        {"name": "engines healthy: half full, nothing waiting; beside them, neighbours' engines full and queueing "
+                 "(another namespace or model)", "interval": "1m",
+         "input_series": inputs(False, True) + nearby, "alert_rule_test": _silent(rules, end),
+         "promql_expr_test": _nothing_written_for_neighbours(nearby_labels, end)},
         {"name": "two replicas, both engine=\"0\": one full with an empty queue, one half full with requests waiting; "
                  "no queue alert (each replica on its own)", "interval": "1m",
          "input_series": replicas(), "alert_rule_test": _silent([r for r in rules if r.name == alerts_mod.NAME_QUEUE],
