@@ -184,6 +184,7 @@ _LE = re.compile(r'(?<![\w])le(=~|=)"((?:[^"\\]|\\.)*)"')  # the `le` label, not
 _SELECTOR = re.compile(r"([a-zA-Z_:][\w:]*)\s*(\{[^}]*\})?")
 _EQ = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _NAME_OF_EVERYTHING: Final = "__name__"
+_SERVICE_LABELS: Final = frozenset({schema.RULE_LABEL_SERVICE, schema.RULE_LABEL_COUNTER_SERVICE})
 _KEYWORDS: Final = frozenset({"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
                               "group_left", "group_right", "inf", "nan", "Inf", "NaN"})  # fmt: skip
 
@@ -440,9 +441,11 @@ def _matchers(
             if not expr[s:e].lstrip().startswith(","):
                 comma = re.match(r"\s*,", expr[e:])
                 e += comma.end() if comma else 0
+            # (never `service`: what it keeps out is another service's parameters, which this file does not write)
+            others = {k: v for k, v in pinned.items() if k != label}
             same = (":" in name and label in constant) or (
-                bool(written) and _picks(written, pinned) == _picks(written, {k: v for k, v in pinned.items()
-                                                                              if k != label}))  # fmt: skip
+                bool(written) and label not in _SERVICE_LABELS and _picks(written, pinned) == _picks(written, others)
+            )
             op_at = inside_start + m.start(2)
             places.setdefault((label, op, value), []).append((s, e, op_at, op_at + len(op), same))
     for (label, op, value), spans in places.items():

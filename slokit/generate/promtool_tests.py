@@ -632,6 +632,12 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     neighbours, per_label = _neighbour_series(spec, [(rc, sli, model) for rc, sli, _, model in slos], minutes)
     healthy += neighbours
     calm += _nothing_written_for_neighbours(per_label, end)
+    # the request rate is the service's own (the neighbours' requests, of another namespace, model or class, add
+    # no label a check above would see: they would add to its value)
+    for model, class_name in sorted(requests_seen):
+        rate = selector(schema.RECORD_REQUEST_RATE, [("class", "=", class_name), ("model", "=", model),
+                                                     ("service", "=", spec.service)])  # fmt: skip
+        calm.append({"expr": rate, "eval_time": _dur(end), "exp_samples": [{"labels": rate, "value": RPM / 60}]})
     healthy_group: dict[str, Any] = {
         "name": "healthy: every request in the highest bucket under every alerting threshold; error ratios 0; "
         "beside it, neighbours every request of which is slow (another namespace, model or class, another "
@@ -707,16 +713,19 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
             {"series": selector(metrics.generation_tokens, m), "values": _series_values(600 if busy else 0, minutes)},
         ]
 
-    def neighbours() -> tuple[list[dict[str, str]], dict[str, int]]:
-        """Each tested model's engine full and queueing under a neighbour's scope (_neighbour_scopes)."""
+    def neighbours(names: Sequence[str]) -> tuple[list[dict[str, str]], dict[str, int]]:
+        """Each tested model's engine full and queueing under a neighbour's scope (_neighbour_scopes), one per
+        replica name: a rule that reads one of them as one of ours sees a full engine or a queue where ours has
+        none (waiting requests beside the full replica, a full engine beside the one with a queue)."""
         out: list[dict[str, str]] = []
         per_label: dict[str, int] = {}
         for model in _tested_specs(spec):
             for relabel in _neighbour_scopes(spec, model.name, None):
-                series = engine(model, True, True, relabel)
-                out += series
-                for label in relabel:
-                    per_label[label] = per_label.get(label, 0) + len(series)
+                for replica in names:
+                    series = engine(model, True, True, {**_replica(spec, replica, model.name), **relabel})
+                    out += series
+                    for label in relabel:
+                        per_label[label] = per_label.get(label, 0) + len(series)
         return out, per_label
 
     def replicas() -> list[dict[str, str]]:
@@ -730,7 +739,8 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
                 ]
         return out
 
-    nearby, nearby_labels = neighbours()
+    nearby, nearby_labels = neighbours([REPLICA])
+    crowded, crowded_labels = neighbours(["a", "b"])
 
     def value(rule: AlertRule, at: int) -> tuple[float, dict[str, str]]:
         labels = {
@@ -754,9 +764,11 @@ def _engine_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str,
          "input_series": inputs(False, True) + nearby, "alert_rule_test": _silent(rules, end),
          "promql_expr_test": _nothing_written_for_neighbours(nearby_labels, end)},
         {"name": "two replicas, both engine=\"0\": one full with an empty queue, one half full with requests waiting; "
-                 "no queue alert (each replica on its own)", "interval": "1m",
-         "input_series": replicas(), "alert_rule_test": _silent([r for r in rules if r.name == alerts_mod.NAME_QUEUE],
-                                                               end)},
+                 "no queue alert (each replica on its own); beside them, neighbours' replicas of the same names full "
+                 "and queueing (another namespace or model)", "interval": "1m",
+         "input_series": replicas() + crowded, "alert_rule_test": _silent([r for r in rules
+                                                                          if r.name == alerts_mod.NAME_QUEUE], end),
+         "promql_expr_test": _nothing_written_for_neighbours(crowded_labels, end)},
         {"name": "engines idle: zero traffic", "interval": "1m",
          "input_series": inputs(False, False), "alert_rule_test": _silent(rules, end)},
     ]  # fmt: skip
