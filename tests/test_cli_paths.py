@@ -211,6 +211,7 @@ def test_generate_checks_with_the_promtool_on_path_and_names_it(work: Path) -> N
         (["--mutants", "2", "--no-promtool"], "--no-promtool"),
         (["--mutants", "2", "-o", "deploy"], "-o"),
         (["--seed", "3"], "--seed"),
+        (["--family", "tiers"], "--family"),
     ],
 )
 def test_generate_refuses_contradictory_options(
@@ -220,8 +221,17 @@ def test_generate_refuses_contradictory_options(
     done = CliRunner().invoke(app, ["generate", "spec.yaml", *args])
     assert done.exit_code == EXIT_USAGE, done.output
     assert named in done.output and "mutants" in done.output
-    assert "mutants, seed" not in done.output  # refused before any mutant ran
+    assert ", seed " not in done.output  # refused before any mutant ran
     assert not (work / "deploy").exists() and not (work / "generated").exists()
+
+
+def test_generate_refuses_a_family_that_does_not_exist(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--family` names one of the alert families, listed in the error; nothing runs."""
+    monkeypatch.chdir(work)
+    done = CliRunner().invoke(app, ["generate", "spec.yaml", "--mutants", "2", "--family", "burn"])
+    assert done.exit_code == EXIT_USAGE, done.output
+    assert "--family 'burn' is not an alert family" in done.output
+    assert "burn rate, tiers, baseline" in done.output and ", seed " not in done.output
 
 
 # -- item 9: a spec too large for the ConfigMap it travels in -----------------------------------------------------
