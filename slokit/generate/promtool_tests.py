@@ -235,15 +235,19 @@ def _histogram_inputs(
     return out, cumulative
 
 
+def _requests_input_labels(spec: Spec, model: str, rc: RequestClass) -> dict[str, str]:
+    labels = _raw_labels(spec, model, rc)
+    if spec.metrics.finish_reason_label:
+        labels[spec.metrics.finish_reason_label] = "stop"
+    return labels
+
+
 def _requests_input(
     spec: Spec, model: str, rc: RequestClass, per_minute: float, minutes: int, relabel: Mapping[str, str] | None = None
 ) -> dict[str, str]:  # fmt: skip
-    metrics = spec.metrics
-    labels = {**_raw_labels(spec, model, rc), **(relabel or {})}
-    if metrics.finish_reason_label:
-        labels[metrics.finish_reason_label] = "stop"
+    labels = {**_requests_input_labels(spec, model, rc), **(relabel or {})}
     return {
-        "series": selector(metrics.requests_finished, [(k, "=", v) for k, v in labels.items()]),
+        "series": selector(spec.metrics.requests_finished, [(k, "=", v) for k, v in labels.items()]),
         "values": _series_values(per_minute, minutes),
     }
 
@@ -464,11 +468,17 @@ def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple
     out: list[dict[str, str]] = []
     written: set[str] = set()
     per_label: dict[str, int] = {}
+    every = [(o_rc, o_sli, o_model) for o_rc in spec.classes for o_sli in o_rc.slos for o_model in o_rc.models]
     for rc, sli, model in slos:
         base = _histogram_labels(spec, model, rc, sli)
+        hist = spec.histogram(rc, sli).name
         for label, op, value in q.histogram_matchers(rc, sli, [model]):
             if op != "=" or label == "le" or base.get(label) != value:
                 continue
+            moved = {**base, label: f"{value}-{NEIGHBOUR}"}
+            if any(spec.histogram(o_rc, o_sli).name == hist and _matches(moved, q.histogram_matchers(o_rc, o_sli, [m]))
+                   for o_rc, o_sli, m in every):  # fmt: skip
+                continue  # another SLO of the spec reads it (a selector broader than this one's): not a neighbour's
             series, _ = _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes,
                                           relabel={label: f"{value}-{NEIGHBOUR}"})  # fmt: skip
             new = [s for s in series if s["series"] not in written]
@@ -509,11 +519,16 @@ def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple
 
 def _neighbour_scopes(spec: Spec, model: str, rc: RequestClass | None) -> list[dict[str, str]]:
     """One relabelling per label a model's raw selector pins with `=` (its deployment scope, model, class): that
-    label's value made a neighbour's."""
+    label's value made a neighbour's, where no raw selector of the spec's reads the result."""
+    q = queries.Queries(spec)
     base = _raw_labels(spec, model, rc)
-    return [{label: f"{value}-{NEIGHBOUR}"}
-            for label, op, value in queries.Queries(spec).raw_matchers(model, rc.name if rc else None)
-            if op == "=" and base.get(label) == value]  # fmt: skip
+    every = [(m.name, o_rc.name if rc is not None else None) for m in spec.models for o_rc in spec.classes]
+    out = []
+    for label, op, value in q.raw_matchers(model, rc.name if rc else None):
+        theirs = {**base, label: f"{value}-{NEIGHBOUR}"}
+        if op == "=" and base.get(label) == value and not any(_matches(theirs, q.raw_matchers(m, c)) for m, c in every):
+            out.append({label: f"{value}-{NEIGHBOUR}"})
+    return out
 
 
 def _nothing_written_for_neighbours(per_label: Mapping[str, int], at: int) -> list[dict[str, Any]]:
@@ -633,11 +648,21 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
     healthy += neighbours
     calm += _nothing_written_for_neighbours(per_label, end)
     # the request rate is the service's own (the neighbours' requests, of another namespace, model or class, add
-    # no label a check above would see: they would add to its value)
+    # no label a check above would see: they would add to its value): each class's requests, and those of the
+    # other classes its raw selector reads too (a source without a class label); not where a class counts its
+    # requests in its SLOs' own histograms (`metric:`), which other classes' selectors may share
+    q = queries.Queries(spec)
+    counted = {rc.name for rc in spec.classes if not rc.slos or any(slo.metric is None for slo in rc.slos.values())}
     for model, class_name in sorted(requests_seen):
+        if len(counted) < len(spec.classes):
+            break
+        written_labels = {
+            tuple(sorted(_requests_input_labels(spec, m, spec.request_class(c)).items())) for m, c in requests_seen
+        }  # fmt: skip  (one series where two classes write the same)
+        own = sum(_matches(dict(labels), q.raw_matchers(model, class_name)) for labels in written_labels)
         rate = selector(schema.RECORD_REQUEST_RATE, [("class", "=", class_name), ("model", "=", model),
                                                      ("service", "=", spec.service)])  # fmt: skip
-        calm.append({"expr": rate, "eval_time": _dur(end), "exp_samples": [{"labels": rate, "value": RPM / 60}]})
+        calm.append({"expr": rate, "eval_time": _dur(end), "exp_samples": [{"labels": rate, "value": own * RPM / 60}]})
     healthy_group: dict[str, Any] = {
         "name": "healthy: every request in the highest bucket under every alerting threshold; error ratios 0; "
         "beside it, neighbours every request of which is slow (another namespace, model or class, another "
