@@ -447,6 +447,9 @@ def _readers(spec: Spec, slos: Sequence[SloKey]) -> dict[int, list[SloKey]]:
 
 NEIGHBOUR: Final = "neighbour"  # appended to a label value: a series of someone else's
 NEIGHBOUR_INPUT: Final = "slokit_neighbour_input"  # on a neighbour's recorded series: the record it stands for
+# A neighbour service's records carry the SLO labels of this many tested SLOs: a rule that leaks reads them all
+# the same, and a copy per SLO would grow the healthy scenario with the fleet's classes.
+NEIGHBOUR_SLOS: Final = 2
 
 
 def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple[list[dict[str, str]], dict[str, int]]:
@@ -455,7 +458,7 @@ def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple
     deployment scope, the model, the class, the histogram's own matchers), that label's value not the one pinned
     (the same model in another namespace, another model in the same namespace, ...); and a neighbour service's
     recorded series, every record this file writes, under the neighbour's `service`, with the SLO labels of the
-    tested models (another rule file writes them under the same names) and a label of their own
+    first NEIGHBOUR_SLOS tested SLOs (another rule file writes them under the same names) and a label of their own
     (NEIGHBOUR_INPUT): a series a broken rule derives from one of them never has the labels of another input,
     which would hide it (Prometheus keeps the first sample of a timestamp).
 
@@ -502,7 +505,7 @@ def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple
             # of the neighbour's that a broken rule of ours evaluates is over its threshold
             parameter = (rule.record, tuple(sorted(rule.labels.items()))) in parameters
             value = "0.001" if parameter else "1000"
-            for rc, sli, model in slos:
+            for rc, sli, model in slos[:NEIGHBOUR_SLOS]:
                 labels = {**({} if parameter else _slo_series_labels(spec, model, rc, sli)), **rule.labels}
                 theirs = [k for k, v in labels.items() if v == spec.service]
                 labels.update(dict.fromkeys(theirs, service))
