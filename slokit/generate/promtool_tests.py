@@ -471,16 +471,21 @@ def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple
     out: list[dict[str, str]] = []
     written: set[str] = set()
     per_label: dict[str, int] = {}
-    every = [(o_rc, o_sli, o_model) for o_rc in spec.classes for o_sli in o_rc.slos for o_model in o_rc.models]
+    shapes: set[tuple[str, str]] = set()
     for rc, sli, model in slos:
         base = _histogram_labels(spec, model, rc, sli)
         hist = spec.histogram(rc, sli).name
+        if (hist, rc.name) in shapes:
+            continue  # one tested model's copies per class and histogram: the rules read every model alike
+        shapes.add((hist, rc.name))
+        # the model's other SLOs on the same histogram (another model's selector names another model)
+        siblings = [q.histogram_matchers(o_rc, o_sli, [model]) for o_rc in spec.classes if model in o_rc.models
+                    for o_sli in o_rc.slos if spec.histogram(o_rc, o_sli).name == hist]  # fmt: skip
         for label, op, value in q.histogram_matchers(rc, sli, [model]):
             if op != "=" or label == "le" or base.get(label) != value:
                 continue
             moved = {**base, label: f"{value}-{NEIGHBOUR}"}
-            if any(spec.histogram(o_rc, o_sli).name == hist and _matches(moved, q.histogram_matchers(o_rc, o_sli, [m]))
-                   for o_rc, o_sli, m in every):  # fmt: skip
+            if any(_matches(moved, matchers) for matchers in siblings):
                 continue  # another SLO of the spec reads it (a selector broader than this one's): not a neighbour's
             series, _ = _histogram_inputs(spec, model, rc, sli, Scenario({}), minutes,
                                           relabel={label: f"{value}-{NEIGHBOUR}"})  # fmt: skip
@@ -525,11 +530,11 @@ def _neighbour_scopes(spec: Spec, model: str, rc: RequestClass | None) -> list[d
     label's value made a neighbour's, where no raw selector of the spec's reads the result."""
     q = queries.Queries(spec)
     base = _raw_labels(spec, model, rc)
-    every = [(m.name, o_rc.name if rc is not None else None) for m in spec.models for o_rc in spec.classes]
+    siblings = [q.raw_matchers(model, o_rc.name if rc is not None else None) for o_rc in spec.classes]
     out = []
     for label, op, value in q.raw_matchers(model, rc.name if rc else None):
         theirs = {**base, label: f"{value}-{NEIGHBOUR}"}
-        if op == "=" and base.get(label) == value and not any(_matches(theirs, q.raw_matchers(m, c)) for m, c in every):
+        if op == "=" and base.get(label) == value and not any(_matches(theirs, m) for m in siblings):
             out.append({label: f"{value}-{NEIGHBOUR}"})
     return out
 
