@@ -3,8 +3,11 @@
 Each mutant is the spec's rule file with one change a plausible bug would make: a numeric literal scaled (a burn
 factor, a tier share, a min_requests guard, a quantile), a range or offset halved, doubled or dropped (tiling,
 windows, the baseline's offset), a comparison turned round (or a strict comparison against an integer made
-non-strict: counts can sit exactly on it), an `and`/`unless`/`or` operand dropped, a recording rule deleted, an
-alert's `for` or `keep_firing_for` changed, an `le` bound moved to the neighbouring bucket.
+non-strict: counts can sit exactly on it), `+`/`-` or `*`/`/` swapped, a label matcher negated or dropped wherever
+the rule has it, a label taken out of a grouping list, an aggregation or a function replaced by its neighbour, an
+`and`/`unless`/`or` operand dropped, a recording rule deleted, an alert's `for` or `keep_firing_for` changed, an
+`le` bound moved to the neighbouring bucket. Changes that are provably the same rule for the spec are not made
+(constant_labels, _matchers).
 
 A mutant is *killed* when `promtool test rules` fails on the spec's own generated tests run against it; one that
 `promtool check rules` refuses is *invalid* (counted apart: it would never load, so no test is needed to catch it).
@@ -12,8 +15,9 @@ Strict/non-strict swaps against non-integer thresholds are not generated: on con
 equivalent mutants that no finite test can tell apart.
 
 Each mutant belongs to alert families (`FAMILY_OF_KIND`): an alert's own, or for a recording rule every family
-whose alerts read the record (through other records, label by label). Mutants no alert reads (dashboard-only
-records) are left out. The sample is deterministic for a seed: stratified over the families, round robin.
+whose alerts read the record (through other records, label by label), and the budget family where the error budget
+record reads it. Mutants nothing of those reads (dashboard-only records) are left out. The sample is uniform and
+deterministic for a seed, so families are in it by their share; the report gives each score a 95% interval.
 
 Pure functions build and sample mutants; `run_mutants` runs them (promtool, two workers, a time limit each). A
 mutant runs only the test groups that can see it: those with a check (an alert, or a PromQL expression) that reads
