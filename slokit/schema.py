@@ -232,6 +232,8 @@ RULE_LABEL_TILE: Final = "slokit_tile"
 # spec's service (its own label, since scraped series often carry a `service` label of their own).
 RULE_LABEL_COUNTER: Final = "slokit_counter"
 RULE_LABEL_COUNTER_SERVICE: Final = "slokit_service"
+# On a neighbour service's recorded series in the generated promtool tests (never in rules): the record it stands for.
+TEST_LABEL_NEIGHBOUR_INPUT: Final = "slokit_neighbour_input"
 RULE_LABEL_CAUSE: Final = "cause"  # on engine alerts that ride along a page of their model (value: CAUSE_ENGINE)
 CAUSE_ENGINE: Final = "engine"
 

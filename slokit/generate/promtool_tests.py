@@ -446,7 +446,6 @@ def _readers(spec: Spec, slos: Sequence[SloKey]) -> dict[int, list[SloKey]]:
 
 
 NEIGHBOUR: Final = "neighbour"  # appended to a label value: a series of someone else's
-NEIGHBOUR_INPUT: Final = "slokit_neighbour_input"  # on a neighbour's recorded series: the record it stands for
 # A neighbour service's records carry the SLO labels of this many tested SLOs: a rule that leaks reads them all
 # the same, and a copy per SLO would grow the healthy scenario with the fleet's classes.
 NEIGHBOUR_SLOS: Final = 2
@@ -459,8 +458,8 @@ def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple
     (the same model in another namespace, another model in the same namespace, ...); and a neighbour service's
     recorded series, every record this file writes, under the neighbour's `service`, with the SLO labels of the
     first NEIGHBOUR_SLOS tested SLOs (another rule file writes them under the same names) and a label of their own
-    (NEIGHBOUR_INPUT): a series a broken rule derives from one of them never has the labels of another input,
-    which would hide it (Prometheus keeps the first sample of a timestamp).
+    (schema.TEST_LABEL_NEIGHBOUR_INPUT): a series a broken rule derives from one of them never has the labels of
+    another input, which would hide it (Prometheus keeps the first sample of a timestamp).
 
     In a scenario where the service is healthy, a rule that drops one of those matchers (or reads a record
     without its `service`) reads a neighbour's slow requests or records and fires. The recorded series are the
@@ -515,7 +514,7 @@ def _neighbour_series(spec: Spec, slos: Sequence[SloKey], minutes: int) -> tuple
                 theirs = [k for k, v in labels.items() if v == spec.service]
                 labels.update(dict.fromkeys(theirs, service))
                 # which input it is: a series a rule derives from it (even under the same name) is a new one
-                labels[NEIGHBOUR_INPUT] = rule.record
+                labels[schema.TEST_LABEL_NEIGHBOUR_INPUT] = rule.record
                 text = selector(rule.record, [(k, "=", v) for k, v in sorted(labels.items())])
                 if text not in written:
                     written.add(text)
@@ -668,8 +667,9 @@ def _slo_groups(spec: Spec, all_rules: Sequence[AlertRule]) -> list[dict[str, An
             tuple(sorted(_requests_input_labels(spec, m, spec.request_class(c)).items())) for m, c in requests_seen
         }  # fmt: skip  (one series where two classes write the same)
         own = sum(_matches(dict(labels), q.raw_matchers(model, class_name)) for labels in written_labels)
-        rate = selector(schema.RECORD_REQUEST_RATE, [("class", "=", class_name), ("model", "=", model),
-                                                     ("service", "=", spec.service)])  # fmt: skip
+        rate = selector(schema.RECORD_REQUEST_RATE, [(schema.RULE_LABEL_CLASS, "=", class_name),
+                                                     (schema.RULE_LABEL_MODEL, "=", model),
+                                                     (schema.RULE_LABEL_SERVICE, "=", spec.service)])  # fmt: skip
         calm.append({"expr": rate, "eval_time": _dur(end), "exp_samples": [{"labels": rate, "value": own * RPM / 60}]})
     healthy_group: dict[str, Any] = {
         "name": "healthy: every request in the highest bucket under every alerting threshold; error ratios 0; "
